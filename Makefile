@@ -1,0 +1,60 @@
+# optical-tcp-testbed: `make run` and `make test` do all set-up themselves.
+SHELL := /bin/bash
+.DELETE_ON_ERROR:
+.PHONY: setup build ebpf kernel test test-unit test-bpf test-native test-guest run bench \
+        reproduce-e1 clean distclean help
+
+VENV    := .venv
+PY      := $(VENV)/bin/python
+TESTBED := $(VENV)/bin/testbed
+PYTEST  := $(PY) -m pytest
+# Options for the full-kernel guest (see `testbed guest --help`).
+GUEST_OPTS ?=
+
+help:
+	@echo "make run    - set up, build, run the main demo, print where its report is"
+	@echo "make test   - set up, build, run all test tiers (unit, BPF, native, guest)"
+	@echo "make bench  - benchmarks (guest boot time, ...)"
+	@echo "make setup  - idempotent set-up only (apt, venv, pinned pip, builds)"
+	@echo "make clean  - remove leftovers of killed runs (testbed clean)"
+
+setup:
+	@setup/setup.sh
+	@$(MAKE) --no-print-directory build
+
+build: ebpf kernel
+
+ebpf:
+	@$(MAKE) --no-print-directory -C ebpf
+
+kernel:
+	@$(MAKE) --no-print-directory -C kernel
+
+test: setup
+	@tests/run-tiers.sh
+
+test-unit: setup
+	$(PYTEST) tests/unit
+
+test-bpf: setup
+	$(PYTEST) tests/bpf
+
+test-native: setup
+	$(PYTEST) tests/native
+
+test-guest: setup
+	$(TESTBED) guest $(GUEST_OPTS) -- $(PY) -m pytest tests/guest
+
+run: setup
+	@$(TESTBED) run demo
+
+bench: setup
+	@$(PY) -m testbed.bench
+
+clean:
+	@if [ -x $(TESTBED) ]; then $(TESTBED) clean; else echo "nothing set up yet"; fi
+
+distclean: clean
+	$(MAKE) -C ebpf clean
+	$(MAKE) -C kernel clean
+	rm -rf $(VENV) *.egg-info

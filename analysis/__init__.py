@@ -1,0 +1,1 @@
+"""Analysis: figures, tables and the HTML report, computed from a results folder alone."""

@@ -1,0 +1,25 @@
+#!/bin/sh
+# First command inside the full-kernel guest (virtme-ng): prepare, then exec "$@".
+# The guest's root is the host's, over 9p: ovsdb-server needs O_TMPFILE, which 9p lacks,
+# so /tmp, the Open vSwitch directories and the ledger directory become tmpfs. Nothing
+# here touches the host: these mounts exist only in the guest.
+echo "OT-GUEST-UP $(uname -r)"
+# Shared read-write folders below /tmp would vanish under the new tmpfs: park them.
+i=0
+for d in $(echo "${OT_RW_DIRS:-}" | tr ':' ' '); do
+  case "$d" in /tmp/*) mkdir -p "/run/ot-rw/$i" && mount --bind "$d" "/run/ot-rw/$i"; i=$((i+1));; esac
+done
+for d in /tmp /var/lib/openvswitch /run/openvswitch /var/log/openvswitch "${TESTBED_STATE_DIR:-/var/lib/optical-tcp-testbed}"; do
+  mkdir -p "$d" 2>/dev/null
+  mount -t tmpfs -o mode=0755 tmpfs "$d" || { echo "guest-init: cannot mount tmpfs on $d" >&2; exit 70; }
+done
+i=0
+for d in $(echo "${OT_RW_DIRS:-}" | tr ':' ' '); do
+  case "$d" in /tmp/*) mkdir -p "$d" && mount --bind "/run/ot-rw/$i" "$d"; i=$((i+1));; esac
+done
+mkdir -p "${TESTBED_STATE_DIR:-/var/lib/optical-tcp-testbed}/ledgers"
+grep -q ' /sys/fs/bpf ' /proc/mounts || mount -t bpf bpf /sys/fs/bpf
+grep -q ' /sys/kernel/tracing ' /proc/mounts || mount -t tracefs tracefs /sys/kernel/tracing
+export TESTBED_IN_GUEST=1
+cd "${OT_GUEST_CWD:-/}" || exit 70
+exec "$@"

@@ -1,0 +1,358 @@
+"""Run ledgers: every object a run creates is written down before it is created.
+
+A ledger is an append-only JSON-lines file in ``<state dir>/ledgers/<run-id>.jsonl``.
+Lines are a header (run id, boot id, owner pid), ``add`` entries (kind + attributes,
+written and fsync'ed *before* the object exists), ``update`` lines (e.g. a PID known
+only after spawning) and ``gone`` lines (the object was removed). Teardown walks the
+live entries in reverse creation order; normal exit, exceptions, SIGINT/SIGTERM and
+``testbed clean`` after a SIGKILL all use this one code path.
+
+Objects that existed before the run are never touched: namespaces and interfaces carry
+the run's unique token in their names and creation fails rather than reuse an existing
+name, OVS bridges are deleted only when their ``external_ids`` carry this run's id, and
+processes are killed only when PID *and* start time match on the same boot.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from testbed import cmd
+from testbed.errors import CommandError, LedgerError
+
+log = logging.getLogger(__name__)
+
+OVS_RUN_KEY = "optical-tcp-testbed-run"
+BPF_PIN_ROOT = Path("/sys/fs/bpf/optical-tcp-testbed")
+# Kinds whose objects cannot outlive a reboot of the kernel that holds them.
+PER_BOOT_KINDS = {"process", "netns", "link", "qdisc", "bpf-pin", "module", "guest", "ovs-daemon"}
+
+
+def ledger_dir() -> Path:
+    return cmd.state_dir() / "ledgers"
+
+
+@dataclass
+class Entry:
+    """One recorded object."""
+
+    seq: int
+    kind: str
+    attrs: dict = field(default_factory=dict)
+    gone: bool = False
+
+
+class Ledger:
+    """The ledger of one run; see the module docstring."""
+
+    def __init__(self, path: Path, header: dict, entries: list[Entry]) -> None:
+        self.path = path
+        self.header = header
+        self.entries = entries
+        self._bpf_pin_dirs: set[str] = {e.attrs.get("path", "") for e in entries if e.kind == "bpf-pin"}
+
+    @property
+    def run_id(self) -> str:
+        return self.header["run_id"]
+
+    # -- writing -------------------------------------------------------------------
+    @classmethod
+    def create(cls, run_id: str, **meta: object) -> "Ledger":
+        """Start a new ledger for ``run_id``; raises LedgerError if one exists."""
+        directory = ledger_dir()
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{run_id}.jsonl"
+        pid = os.getpid()
+        header = {"type": "header", "version": 1, "run_id": run_id, "boot_id": cmd.boot_id(),
+                  "pid": pid, "pid_start": cmd.process_start_time(pid), "created": time.time(), **meta}
+        try:
+            with open(path, "x") as f:
+                f.write(json.dumps(header) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+        except FileExistsError as exc:
+            raise LedgerError(f"a ledger for run {run_id} already exists: {path}") from exc
+        return cls(path, header, [])
+
+    def _append(self, record: dict) -> None:
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def add(self, kind: str, **attrs: object) -> int:
+        """Record an object of ``kind`` that is about to be created; returns its seq."""
+        if kind not in TEARDOWN:
+            raise LedgerError(f"unknown ledger kind {kind!r}")
+        seq = len(self.entries)
+        self._append({"type": "add", "seq": seq, "kind": kind, **attrs})
+        self.entries.append(Entry(seq, kind, dict(attrs)))
+        if kind == "bpf-pin":
+            self._bpf_pin_dirs.add(str(attrs.get("path")))
+        return seq
+
+    def has_bpf_pin(self, path: str) -> bool:
+        return path in self._bpf_pin_dirs
+
+    def update(self, seq: int, **attrs: object) -> None:
+        """Add attributes learnt after creation (e.g. the PID of a spawned process)."""
+        self._append({"type": "update", "seq": seq, **attrs})
+        self.entries[seq].attrs.update(attrs)
+
+    def mark_gone(self, seq: int) -> None:
+        self._append({"type": "gone", "seq": seq})
+        self.entries[seq].gone = True
+
+    # -- reading -------------------------------------------------------------------
+    @classmethod
+    def load(cls, path: Path) -> "Ledger":
+        """Read a ledger; a truncated last line (killed mid-write) is ignored."""
+        header: dict | None = None
+        entries: list[Entry] = []
+        for line in path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            t = rec.pop("type", None)
+            if t == "header":
+                header = rec
+            elif t == "add":
+                entries.append(Entry(rec.pop("seq"), rec.pop("kind"), rec))
+            elif t == "update" and rec.get("seq", -1) < len(entries):
+                entries[rec.pop("seq")].attrs.update(rec)
+            elif t == "gone" and rec.get("seq", -1) < len(entries):
+                entries[rec["seq"]].gone = True
+        if header is None:
+            raise LedgerError(f"{path}: no header line")
+        return cls(path, header, entries)
+
+    def live(self) -> list[Entry]:
+        return [e for e in self.entries if not e.gone]
+
+    def same_boot(self) -> bool:
+        return self.header.get("boot_id") == cmd.boot_id()
+
+    def owner_alive(self) -> bool:
+        """True when the process that owns this ledger still runs (then clean skips it)."""
+        pid = self.header.get("pid")
+        return bool(self.same_boot() and pid and pid != os.getpid()
+                    and cmd.process_start_time(pid) == self.header.get("pid_start"))
+
+    # -- teardown ------------------------------------------------------------------
+    def teardown(self, since: int = 0) -> list[str]:
+        """Remove live objects with seq >= ``since`` in reverse creation order.
+
+        Returns error texts (empty when all went). Each handler is idempotent and checks
+        identity first; an object already gone is just marked gone. When the whole
+        ledger is gone its file is archived into the run's results folder
+        (``logs/ledger.jsonl``) or deleted.
+        """
+        errors: list[str] = []
+        same_boot = self.same_boot()
+        for entry in reversed([e for e in self.live() if e.seq >= since]):
+            try:
+                if same_boot or entry.kind not in PER_BOOT_KINDS:
+                    TEARDOWN[entry.kind](entry, self)
+                self.mark_gone(entry.seq)
+            except (CommandError, OSError, LedgerError) as exc:
+                errors.append(f"{entry.kind} {entry.attrs}: {exc}")
+        if not errors and since == 0:
+            self._archive()
+        return errors
+
+    def _archive(self) -> None:
+        results = self.header.get("results_dir")
+        try:
+            if results and Path(results).is_dir():
+                logs = Path(results) / "logs"
+                logs.mkdir(exist_ok=True)
+                (logs / "ledger.jsonl").write_text(self.path.read_text())
+            self.path.unlink()
+        except OSError as exc:
+            log.warning("could not archive ledger %s: %s", self.path, exc)
+
+
+# -- per-kind teardown handlers ------------------------------------------------------
+TEARDOWN: dict[str, Callable[[Entry, Ledger], None]] = {}
+
+
+def _handler(kind: str) -> Callable[[Callable[[Entry, Ledger], None]], Callable[[Entry, Ledger], None]]:
+    def register(fn: Callable[[Entry, Ledger], None]) -> Callable[[Entry, Ledger], None]:
+        TEARDOWN[kind] = fn
+        return fn
+    return register
+
+
+def kill_process(pid: int, start_time: int | None, *, group: bool = False,
+                 first_signal: int = signal.SIGTERM, grace_s: float = 3.0) -> bool:
+    """Stop ``pid`` if it is still the same process; True if it was ours and is gone."""
+    if not pid or cmd.process_start_time(pid) is None or cmd.process_start_time(pid) != start_time:
+        return False
+    sender = os.killpg if group else os.kill
+    try:
+        sender(pid, first_signal)
+    except ProcessLookupError:
+        return True
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if cmd.process_start_time(pid) != start_time:
+            return True
+        _reap(pid)
+        time.sleep(0.05)
+    try:
+        sender(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    _reap(pid)
+    return True
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+@_handler("process")
+def _teardown_process(entry: Entry, ledger: Ledger) -> None:
+    a = entry.attrs
+    kill_process(a.get("pid", 0), a.get("start_time"), group=a.get("group", False),
+                 first_signal=a.get("stop_signal", signal.SIGTERM))
+
+
+@_handler("guest")
+def _teardown_guest(entry: Entry, ledger: Ledger) -> None:
+    a = entry.attrs
+    kill_process(a.get("pid", 0), a.get("start_time"), group=True)
+
+
+@_handler("ovs-daemon")
+def _teardown_ovs_daemon(entry: Entry, ledger: Ledger) -> None:
+    a = entry.attrs
+    kill_process(a.get("pid", 0), a.get("start_time"))
+
+
+def netns_exists(name: str) -> bool:
+    return Path("/run/netns", name).exists()
+
+
+@_handler("netns")
+def _teardown_netns(entry: Entry, ledger: Ledger) -> None:
+    name = entry.attrs["name"]
+    if not netns_exists(name):
+        return
+    # Processes keep a namespace alive after `ip netns del`; every process inside a
+    # namespace of ours is ours.
+    for _ in range(3):
+        pids = [int(p) for p in cmd.run(["ip", "netns", "pids", name], check=False).stdout.split()]
+        if not pids:
+            break
+        for pid in pids:
+            kill_process(pid, cmd.process_start_time(pid), first_signal=signal.SIGKILL, grace_s=1.0)
+    cmd.run(["ip", "netns", "del", name])
+
+
+def link_exists(name: str, netns: str | None = None) -> bool:
+    if netns and not netns_exists(netns):
+        return False
+    return cmd.ok(["ip", "link", "show", "dev", name], netns=netns)
+
+
+@_handler("link")
+def _teardown_link(entry: Entry, ledger: Ledger) -> None:
+    name, netns = entry.attrs["name"], entry.attrs.get("netns")
+    if link_exists(name, netns):
+        cmd.run(["ip", "link", "del", "dev", name], netns=netns)
+
+
+@_handler("qdisc")
+def _teardown_qdisc(entry: Entry, ledger: Ledger) -> None:
+    dev, netns = entry.attrs["dev"], entry.attrs.get("netns")
+    if link_exists(dev, netns):
+        parent = entry.attrs.get("parent", "root")
+        where = ["root"] if parent == "root" else ["parent", parent] if parent != "clsact" else []
+        kind = ["clsact"] if parent == "clsact" else []
+        cmd.run(["tc", "qdisc", "del", "dev", dev, *where, *kind], check=False, netns=netns)
+
+
+@_handler("ovs-bridge")
+def _teardown_ovs_bridge(entry: Entry, ledger: Ledger) -> None:
+    name = entry.attrs["name"]
+    if not cmd.ok(["ovs-vsctl", "--timeout=5", "br-exists", name]):
+        return
+    owner = cmd.run(["ovs-vsctl", "--timeout=5", "br-get-external-id", name, OVS_RUN_KEY],
+                    check=False).stdout.strip()
+    if owner != ledger.run_id:
+        log.warning("not deleting OVS bridge %s: it is not marked as created by run %s",
+                    name, ledger.run_id)
+        return
+    cmd.run(["ovs-vsctl", "--timeout=10", "--if-exists", "del-br", name])
+
+
+@_handler("bpf-pin")
+def _teardown_bpf_pin(entry: Entry, ledger: Ledger) -> None:
+    path = Path(entry.attrs["path"])
+    if BPF_PIN_ROOT not in path.parents:
+        raise LedgerError(f"refusing to remove {path}: not under {BPF_PIN_ROOT}")
+    if not path.exists():
+        return
+    # bpffs: files are unlinked one by one, then the directories, deepest first.
+    for p in sorted(path.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        p.rmdir() if p.is_dir() else p.unlink()
+    path.rmdir()
+
+
+@_handler("module")
+def _teardown_module(entry: Entry, ledger: Ledger) -> None:
+    name = entry.attrs["name"]
+    refcnt = Path(f"/sys/module/{name}/refcnt")
+    if refcnt.exists() and refcnt.read_text().strip() == "0":
+        cmd.run(["modprobe", "-r", name], check=False)
+
+
+@_handler("file")
+def _teardown_file(entry: Entry, ledger: Ledger) -> None:
+    """A temporary file or directory outside the results folder (e.g. a netns config)."""
+    path = Path(entry.attrs["path"])
+    if path.is_dir():
+        for p in sorted(path.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+            p.rmdir() if p.is_dir() else p.unlink()
+        path.rmdir()
+    elif path.exists():
+        path.unlink()
+
+
+def all_ledgers() -> list[Ledger]:
+    """Every ledger in the state directory (unreadable ones are skipped with a warning)."""
+    out = []
+    for path in sorted(ledger_dir().glob("*.jsonl")):
+        try:
+            out.append(Ledger.load(path))
+        except (OSError, LedgerError) as exc:
+            log.warning("skipping ledger %s: %s", path, exc)
+    return out
+
+
+def clean(*, include_running: bool = False) -> tuple[list[str], list[str], list[str]]:
+    """Tear down leftovers of earlier runs; returns (cleaned, skipped, errors) texts."""
+    cleaned, skipped, errors = [], [], []
+    for ledger in all_ledgers():
+        if ledger.owner_alive() and not include_running:
+            skipped.append(f"{ledger.run_id}: still running (pid {ledger.header.get('pid')})")
+            continue
+        n = len(ledger.live())
+        errs = ledger.teardown()
+        if errs:
+            errors.extend(f"{ledger.run_id}: {e}" for e in errs)
+        else:
+            cleaned.append(f"{ledger.run_id}: removed {n} object(s)")
+    return cleaned, skipped, errors

@@ -1,0 +1,71 @@
+"""The environment record written beside every run's data (manifest.json)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from testbed import cmd
+
+REPO = Path(__file__).resolve().parent.parent
+PYTHON_PACKAGES = ("virtme-ng", "os-ken", "pyroute2", "scapy", "numpy", "scipy", "pandas",
+                   "matplotlib", "mininet", "optical-tcp-testbed")
+SYSCTLS = ("net.ipv4.tcp_congestion_control", "net.ipv4.tcp_sack", "net.ipv4.tcp_timestamps",
+           "net.ipv4.tcp_window_scaling", "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem",
+           "net.ipv4.tcp_no_metrics_save", "net.ipv4.tcp_thin_linear_timeouts",
+           "net.core.default_qdisc", "net.ipv4.tcp_allowed_congestion_control", "kernel.hz")
+
+
+def git_info() -> dict[str, Any]:
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True,
+                                  timeout=10).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+    return {"sha": git("rev-parse", "HEAD") or "unknown",
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+
+
+def package_versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in PYTHON_PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "missing"
+    return out
+
+
+def sysctls() -> dict[str, str]:
+    out = {}
+    for key in SYSCTLS:
+        p = Path("/proc/sys") / key.replace(".", "/")
+        try:
+            out[key] = " ".join(p.read_text().split())
+        except OSError:
+            out[key] = "n/a"
+    return out
+
+
+def where() -> dict[str, Any]:
+    in_guest = os.environ.get("TESTBED_IN_GUEST") == "1"
+    return {"place": "guest" if in_guest else "host",
+            "guest_accel": os.environ.get("TESTBED_GUEST_ACCEL") if in_guest else None,
+            "kernel": platform.release(), "kernel_version": platform.version(),
+            "boot_id": cmd.boot_id(), "cpus": os.cpu_count(), "hostname": platform.node()}
+
+
+def build(*, argv: list[str], tdf: float, seeds: list[int], features: list[str],
+          extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Everything needed to interpret the data later without this machine."""
+    return {"created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": argv,
+            "python_executable": sys.executable, "git": git_info(), "time_dilation_factor": tdf,
+            "seeds": seeds, "kernel_features_needed": features, "where": where(),
+            "versions": package_versions(), "sysctls": sysctls(), **(extra or {})}

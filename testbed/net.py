@@ -1,0 +1,282 @@
+"""Emulated nodes and links: named network namespaces, veth pairs and qdiscs.
+
+Topologies are described with Mininet's ``Topo`` API (``topologies/``); this module
+realises them. It follows Mininet's layering (``Node`` -> ``Host``; switch classes in a
+registry) but not its runtime: every command is an argument list, every object is
+written to the run's ledger before it exists, names carry the run's token so nothing
+that existed before is ever reused or deleted, and teardown is the ledger's.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, ClassVar
+
+from mininet.topo import Topo
+
+from testbed import cmd, ovs
+from testbed.errors import LedgerError, TestbedError
+from testbed.ledger import Ledger, link_exists, netns_exists
+from testbed.names import check_ifname, check_node_name
+
+log = logging.getLogger(__name__)
+
+
+class EmulationError(TestbedError):
+    """The emulated network could not be built."""
+
+
+@dataclass(frozen=True)
+class LinkShape:
+    """How one direction of a link behaves, in *emulation* units (already dilated).
+
+    rate_bps: serialisation rate (HTB), None for unshaped. delay_s: one-way delay
+    (netem). loss: drop probability 0..1 (netem). queue_packets: queue limit in packets.
+    """
+
+    rate_bps: float | None = None
+    delay_s: float = 0.0
+    loss: float = 0.0
+    queue_packets: int = 1000
+
+    @property
+    def needs_netem(self) -> bool:
+        return self.delay_s > 0 or self.loss > 0
+
+
+class Node:
+    """A network namespace ``<token>-<name>`` holding one emulated node."""
+
+    kind: ClassVar[str] = "node"
+
+    def __init__(self, emu: "Emulation", name: str, **params: object) -> None:
+        self.emu = emu
+        self.name = check_node_name(name)
+        self.params = params
+        self.netns = f"{emu.token}-{name}"
+        self.intfs: list[str] = []
+
+    def start(self) -> None:
+        if netns_exists(self.netns):
+            raise LedgerError(f"network namespace {self.netns} already exists; not reusing it")
+        self.emu.ledger.add("netns", name=self.netns)
+        cmd.run(["ip", "netns", "add", self.netns])
+        self.run(["ip", "link", "set", "lo", "up"])
+
+    def run(self, argv: list[str], *, check: bool = True, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` inside this node's namespace and wait for it."""
+        return cmd.run(argv, check=check, timeout=timeout, netns=self.netns)
+
+    def popen(self, argv: list[str], *, stdout: IO | int | None = subprocess.DEVNULL,
+              stderr: IO | int | None = subprocess.STDOUT, stop_signal: int = 15) -> subprocess.Popen:
+        """Start a long-lived process in this node; recorded in the ledger."""
+        full = ["ip", "netns", "exec", self.netns, *map(str, argv)]
+        seq = self.emu.ledger.add("process", argv=full, netns=self.netns, group=True,
+                                  stop_signal=stop_signal)
+        proc = subprocess.Popen(full, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        self.emu.ledger.update(seq, pid=proc.pid, start_time=cmd.process_start_time(proc.pid))
+        proc.ledger_seq = seq  # type: ignore[attr-defined]
+        return proc
+
+    def sysctl(self, key: str, value: str | int) -> None:
+        self.run(["sysctl", "-q", "-w", f"{key}={value}"])
+
+    def new_intf_name(self) -> str:
+        return check_ifname(f"{self.name}-eth{len(self.intfs)}")
+
+    def configure(self) -> None:
+        """Called once all links exist."""
+
+
+class Host(Node):
+    """An end host: one IPv4 address on its first interface, a default route."""
+
+    kind = "host"
+
+    def configure(self) -> None:
+        ip = self.params["ip"]
+        intf = self.intfs[0]
+        self.run(["ip", "addr", "add", str(ip), "dev", intf])
+        self.run(["ip", "route", "add", "default", "dev", intf])
+
+    @property
+    def ip(self) -> str:
+        return str(ipaddress.ip_interface(self.params["ip"]).ip)
+
+
+class Switch(Node):
+    """Base of switch kinds; a subclass decides where its ports live."""
+
+    kind = "switch"
+
+
+class BridgeSwitch(Switch):
+    """A Linux bridge in its own namespace: an L2 learning switch needing no OVS."""
+
+    kind = "bridge"
+
+    def start(self) -> None:
+        super().start()
+        self.run(["ip", "link", "add", "br0", "type", "bridge"])
+        self.run(["ip", "link", "set", "br0", "up"])
+
+    def configure(self) -> None:
+        for intf in self.intfs:
+            self.run(["ip", "link", "set", intf, "master", "br0"])
+
+
+class OVSSwitch(Switch):
+    """An Open vSwitch bridge in the root namespace (standalone L2 unless a controller
+    is given). Ports are root-namespace veth ends named ``<token><name>p<n>``.
+
+    datapath: "system" (kernel module, the guest) or "netdev" (userspace, any host;
+    then TX checksum offload is turned off on the hosts' interfaces, as OVS needs).
+    """
+
+    kind = "ovs"
+    in_root_namespace = True
+
+    @property
+    def bridge(self) -> str:
+        return check_ifname(f"{self.emu.token}{self.name}")
+
+    def start(self) -> None:
+        datapath = str(self.params.get("datapath", "system"))
+        ovs.ensure_daemons(self.emu.ledger, kernel_datapath=datapath == "system")
+        ovs.add_bridge(self.emu.ledger, self.bridge, datapath=datapath,
+                       fail_mode=str(self.params.get("fail_mode", "standalone")),
+                       controller=self.params.get("controller"))  # type: ignore[arg-type]
+
+    def run(self, argv: list[str], *, check: bool = True, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
+        return cmd.run(argv, check=check, timeout=timeout)
+
+    def new_intf_name(self) -> str:
+        return check_ifname(f"{self.emu.token}{self.name}p{len(self.intfs) + 1}")
+
+    def configure(self) -> None:
+        for n, intf in enumerate(self.intfs, start=1):
+            ovs.add_port(self.bridge, intf, ofport=n)
+
+
+SWITCH_CLASSES: dict[str, type[Switch]] = {"ovs": OVSSwitch, "bridge": BridgeSwitch}
+
+
+class Emulation:
+    """Builds a Mininet ``Topo`` into namespaces and veth pairs; a context manager.
+
+    ``with Emulation(topo, ledger, token) as emu:`` creates everything (recording it in
+    ``ledger``) and on exit tears down, in reverse order, all that it created, also on
+    exceptions and KeyboardInterrupt. Link options in the Topo (``addLink(a, b,
+    shape=LinkShape(...))``) apply to both directions; ``shape1``/``shape2`` per end.
+    Switch options: ``cls`` = a key of SWITCH_CLASSES, plus that class's params.
+    """
+
+    def __init__(self, topo: Topo, ledger: Ledger, token: str, *, offloads: bool = False) -> None:
+        self.topo, self.ledger, self.token, self.offloads = topo, ledger, token, offloads
+        self.nodes: dict[str, Node] = {}
+        # "a-b" -> ((intf, netns) at a, (intf, netns) at b); netns None = root namespace
+        self.links: dict[str, tuple[tuple[str, str | None], tuple[str, str | None]]] = {}
+        self._first_seq = len(ledger.entries)
+
+    def __enter__(self) -> "Emulation":
+        try:
+            self.build()
+        except BaseException:
+            self.teardown()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.teardown()
+
+    def __getitem__(self, name: str) -> Node:
+        return self.nodes[name]
+
+    def hosts(self) -> list[Host]:
+        return [n for n in self.nodes.values() if isinstance(n, Host)]
+
+    def build(self) -> None:
+        for i, name in enumerate(self.topo.hosts(sort=True), start=1):
+            opts = dict(self.topo.nodeInfo(name))
+            opts.setdefault("ip", f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}/8")
+            self.nodes[name] = Host(self, name, **opts)
+        for name in self.topo.switches(sort=True):
+            opts = dict(self.topo.nodeInfo(name))
+            cls_name = opts.pop("cls", "bridge")
+            if cls_name not in SWITCH_CLASSES:
+                raise EmulationError(f"switch {name}: kind {cls_name!r} not in {sorted(SWITCH_CLASSES)}")
+            self.nodes[name] = SWITCH_CLASSES[cls_name](self, name, **opts)
+        for node in self.nodes.values():
+            node.start()
+        for a, b, info in self.topo.links(sort=True, withKeys=False, withInfo=True):
+            self.add_link(self.nodes[a], self.nodes[b], info)
+        for node in self.nodes.values():
+            node.configure()
+
+    def add_link(self, a: Node, b: Node, info: dict) -> None:
+        """A veth pair between ``a`` and ``b`` with each end's shape applied."""
+        name_a, name_b = a.new_intf_name(), b.new_intf_name()
+        ns_a = None if getattr(a, "in_root_namespace", False) else a.netns
+        ns_b = None if getattr(b, "in_root_namespace", False) else b.netns
+        for name, ns in ((name_a, ns_a), (name_b, ns_b)):
+            if link_exists(name, ns):
+                raise LedgerError(f"interface {name} already exists; not touching it")
+        self.ledger.add("link", name=name_a, netns=ns_a, peer=name_b, peer_netns=ns_b)
+        argv = ["ip", "link", "add", name_a, *(["netns", ns_a] if ns_a else []), "type", "veth",
+                "peer", "name", name_b, *(["netns", ns_b] if ns_b else [])]
+        cmd.run(argv)
+        a.intfs.append(name_a)
+        b.intfs.append(name_b)
+        self.links[f"{a.name}-{b.name}"] = ((name_a, ns_a), (name_b, ns_b))
+        for name, ns, shape in ((name_a, ns_a, info.get("shape1", info.get("shape"))),
+                                (name_b, ns_b, info.get("shape2", info.get("shape")))):
+            mtu = info.get("mtu")
+            if mtu:
+                cmd.run(["ip", "link", "set", name, "mtu", str(mtu)], netns=ns)
+            if not self.offloads:
+                # One skb is one packet (shaping and pcaps are per packet); OVS netdev
+                # needs TX checksum offload off on veth.
+                cmd.run(["ethtool", "-K", name, "tso", "off", "gso", "off", "gro", "off", "tx", "off"],
+                        netns=ns, check=False)
+            cmd.run(["ip", "link", "set", name, "up"], netns=ns)
+            if shape is not None:
+                apply_shape(self.ledger, name, ns, shape)
+
+    def teardown(self) -> None:
+        errors = self.ledger.teardown(since=self._first_seq)
+        if errors:
+            raise EmulationError("teardown incomplete (run `testbed clean`):\n  " + "\n  ".join(errors))
+
+
+def apply_shape(ledger: Ledger, dev: str, netns: str | None, shape: LinkShape) -> None:
+    """HTB for rate, netem below it for delay and loss (as Mininet's TCLink does)."""
+    ledger.add("qdisc", dev=dev, netns=netns, parent="root")
+    tc = ["tc", "qdisc", "add", "dev", dev]
+    netem = ["netem", "limit", str(shape.queue_packets)]
+    if shape.delay_s > 0:
+        netem += ["delay", f"{shape.delay_s * 1e6:.0f}us"]
+    if shape.loss > 0:
+        netem += ["loss", f"{shape.loss * 100:.6g}%"]
+    if shape.rate_bps:
+        rate = f"{shape.rate_bps:.0f}bit"
+        # Burst: one timer tick's worth of bytes (1 ms) but at least two jumbo frames.
+        burst = str(max(int(shape.rate_bps / 8 * 1e-3), 2 * 9100))
+        cmd.run([*tc, "root", "handle", "1:", "htb", "default", "1"], netns=netns)
+        cmd.run(["tc", "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb",
+                 "rate", rate, "ceil", rate, "burst", burst, "cburst", burst], netns=netns)
+        if shape.needs_netem:
+            cmd.run([*tc, "parent", "1:1", "handle", "10:", *netem], netns=netns)
+        else:
+            cmd.run([*tc, "parent", "1:1", "handle", "10:", "pfifo", "limit", str(shape.queue_packets)],
+                    netns=netns)
+    elif shape.needs_netem:
+        cmd.run([*tc, "root", "handle", "10:", *netem], netns=netns)
+
+
+def pcap_path(results: Path, link: str) -> Path:
+    return results / "pcap" / f"{link}.pcap"

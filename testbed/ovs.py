@@ -1,0 +1,94 @@
+"""Open vSwitch: starting the daemons when nobody runs them, and ledgered bridges."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from testbed import cmd
+from testbed.errors import LedgerError, TestbedError
+from testbed.ledger import OVS_RUN_KEY, Ledger
+
+RUN_DIR = Path("/var/run/openvswitch")
+DB_FILE = Path("/var/lib/openvswitch/conf.db")
+SCHEMA = Path("/usr/share/openvswitch/vswitch.ovsschema")
+DATAPATHS = ("system", "netdev")
+
+
+class OVSError(TestbedError):
+    """Open vSwitch could not be started or configured."""
+
+
+def vsctl(*args: str, timeout: float = 10.0) -> str:
+    return cmd.run(["ovs-vsctl", f"--timeout={int(timeout)}", *args], timeout=timeout + 2).stdout
+
+
+def daemons_running() -> bool:
+    return cmd.ok(["ovs-vsctl", "--timeout=2", "show"], timeout=4)
+
+
+def ensure_daemons(ledger: Ledger | None, *, kernel_datapath: bool) -> None:
+    """Start ovsdb-server and ovs-vswitchd unless they already run.
+
+    Daemons this run starts are recorded in the ledger and stopped at teardown; daemons
+    that were running before are left alone. With ``kernel_datapath`` the openvswitch
+    module is loaded first (recorded only if this run loaded it). Raises OVSError.
+    """
+    if kernel_datapath:
+        load_module(ledger, "openvswitch")
+    if daemons_running():
+        return
+    RUN_DIR.mkdir(parents=True, exist_ok=True)
+    DB_FILE.parent.mkdir(parents=True, exist_ok=True)
+    if not DB_FILE.exists():
+        cmd.run(["ovsdb-tool", "create", str(DB_FILE), str(SCHEMA)])
+    sock = f"punix:{RUN_DIR}/db.sock"
+    specs = [("ovsdb-server", [str(DB_FILE), f"--remote={sock}", "--remote=db:Open_vSwitch,Open_vSwitch,manager_options"]),
+             ("ovs-vswitchd", [f"unix:{RUN_DIR}/db.sock"])]
+    for name, args in specs:
+        pidfile = RUN_DIR / f"{name}.pid"
+        seq = ledger.add("ovs-daemon", name=name, pidfile=str(pidfile)) if ledger else None
+        cmd.run([name, *args, f"--pidfile={pidfile}", "--detach", "--no-chdir",
+                 f"--log-file=/var/log/openvswitch/{name}.log"], timeout=30)
+        pid = int(pidfile.read_text().strip())
+        if ledger is not None and seq is not None:
+            ledger.update(seq, pid=pid, start_time=cmd.process_start_time(pid))
+        if name == "ovsdb-server":
+            vsctl("--no-wait", "init")
+    deadline = time.monotonic() + 10
+    while not daemons_running():
+        if time.monotonic() > deadline:
+            raise OVSError("ovs-vswitchd did not answer within 10 s; see /var/log/openvswitch/")
+        time.sleep(0.1)
+
+
+def load_module(ledger: Ledger | None, name: str) -> None:
+    """modprobe ``name`` unless loaded; recorded so teardown unloads only what we loaded."""
+    if Path(f"/sys/module/{name}").exists():
+        return
+    if ledger is not None:
+        ledger.add("module", name=name)
+    cmd.run(["modprobe", name])
+
+
+def add_bridge(ledger: Ledger, name: str, *, datapath: str, fail_mode: str = "standalone",
+               controller: str | None = None, protocols: str = "OpenFlow13") -> None:
+    """Create bridge ``name`` marked with this run's id; refuses an existing name."""
+    if datapath not in DATAPATHS:
+        raise OVSError(f"datapath {datapath!r} not in {DATAPATHS}")
+    if cmd.ok(["ovs-vsctl", "--timeout=5", "br-exists", name]):
+        raise LedgerError(f"OVS bridge {name} already exists and is not ours; not touching it")
+    ledger.add("ovs-bridge", name=name)
+    args = ["add-br", name, "--", "set", "bridge", name, f"datapath_type={datapath}",
+            f"fail_mode={fail_mode}", f"protocols={protocols}",
+            f"external_ids:{OVS_RUN_KEY}={ledger.run_id}"]
+    if controller:
+        args += ["--", "set-controller", name, controller]
+    vsctl(*args)
+
+
+def add_port(bridge: str, port: str, ofport: int | None = None) -> None:
+    args = ["add-port", bridge, port]
+    if ofport is not None:
+        args += ["--", "set", "interface", port, f"ofport_request={ofport}"]
+    vsctl(*args)

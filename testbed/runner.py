@@ -1,0 +1,248 @@
+"""Runs an experiment definition: placement (native or guest), sweep, results, teardown."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from testbed import manifest
+from testbed.definition import Definition, Point
+from testbed.dilation import TimeDilation
+from testbed.errors import FeatureError, TestbedError
+from testbed.ledger import Ledger
+from testbed.results import RunStore, atomic_write, new_run_dir, write_csv, write_json
+
+log = logging.getLogger(__name__)
+
+
+class Terminated(BaseException):
+    """Raised in the main thread on SIGTERM so that teardown runs as for Ctrl-C."""
+
+
+@contextlib.contextmanager
+def terminate_as_exception() -> Iterator[None]:
+    def handler(signum: int, frame: object) -> None:
+        raise Terminated(f"signal {signum}")
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+@dataclass
+class RunOptions:
+    """Command-line options of ``testbed run`` that are not part of the definition."""
+
+    out: Path | None = None
+    run_id: str | None = None
+    placement: str = "auto"            # auto | native | vm
+    pcap: list[str] = field(default_factory=list)
+    report: bool = True
+    argv: list[str] = field(default_factory=list)
+
+
+@dataclass
+class PointContext:
+    """What a kind's ``run_point`` gets: the point, its folder, the ledger, helpers."""
+
+    defn: Definition
+    point: Point
+    dir: Path
+    ledger: Ledger
+    token: str
+    pcap_links: list[str]
+    pcap_dir: Path
+    progress_fn: Any = None
+
+    @property
+    def tdf(self) -> TimeDilation:
+        return self.defn.tdf
+
+    def log_file(self, name: str) -> IO[bytes]:
+        return open(self.dir / name, "wb")
+
+    def write_text(self, name: str, text: str) -> None:
+        atomic_write(self.dir / name, text)
+
+    def write_csv(self, name: str, rows: list[dict[str, Any]]) -> None:
+        write_csv(self.dir / name, rows)
+
+    def progress(self, message: str) -> None:
+        if self.progress_fn:
+            self.progress_fn(message)
+
+    @contextlib.contextmanager
+    def captures(self, emu: Any) -> Iterator[None]:
+        """Capture the links named with --pcap while the block runs."""
+        from testbed.capture import Capture
+
+        caps = []
+        try:
+            for link in self.pcap_links:
+                caps.append(Capture(emu, link, self.pcap_dir / f"{self.point.id}-{link}.pcap"))
+            yield
+        finally:
+            for c in reversed(caps):
+                c.stop()
+
+    def port_counters(self, emu: Any) -> None:
+        """Placeholder for per-port BPF counters (attached by the instruments hook)."""
+
+
+def run_features(defn: Definition) -> set[str]:
+    from testbed.kinds import KINDS
+
+    kind = KINDS[defn.kind]
+    need: set[str] = set()
+    for p in defn.points():
+        need |= kind.features(p.values)
+    return need
+
+
+def choose_placement(needs: set[str], placement: str) -> tuple[str, list[str]]:
+    """("native" | "vm", missing features). Raises FeatureError if impossible."""
+    if placement == "vm":
+        return "vm", []
+    from testbed.features import probe_all
+
+    probes = probe_all()
+    missing = sorted(n for n in needs if not (n in probes and probes[n].ok))
+    if not missing:
+        return "native", []
+    if placement == "native":
+        why = "; ".join(f"{n}: {probes[n].detail if n in probes else 'unknown feature'}" for n in missing)
+        raise FeatureError(f"--native: this kernel lacks {', '.join(missing)} ({why})")
+    return "vm", missing
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+def run(defn: Definition, opts: RunOptions) -> int:
+    """Run ``defn``; returns the exit code (0 ok, 1 failed points, 130/143 interrupted)."""
+    run_id = opts.run_id or new_run_id()
+    out = (opts.out or new_run_dir(defn.name, run_id)).resolve()
+    needs = run_features(defn)
+    placement, missing = choose_placement(needs, opts.placement)
+    if placement == "vm":
+        from testbed import vm
+
+        print(f"testbed: running in the full-kernel guest"
+              f"{' (host lacks ' + ', '.join(missing) + ')' if missing else ''}", file=sys.stderr)
+        out.mkdir(parents=True, exist_ok=True)
+        inner = [*opts.argv, "--native", "--no-report", "--out", str(out), "--run-id", run_id]
+        code = vm.run_in_guest(inner, rw_dirs=[out], ledger_id=f"guest-{run_id}")
+    else:
+        code = run_native(defn, opts, run_id, out, sorted(needs))
+    if opts.report and (out / "config.json").exists():
+        from analysis.report import generate
+
+        index = generate(out)
+        print(f"results: {out}\nreport:  {index}")
+    return code
+
+
+def run_native(defn: Definition, opts: RunOptions, run_id: str, out: Path, needs: list[str]) -> int:
+    """Run all points here; skips complete ones (resume); tears down on any exit."""
+    from testbed.kinds import KINDS
+
+    kind = KINDS[defn.kind]
+    store = RunStore.open(out, defn)
+    points = defn.points()
+    write_json(out / "manifest.json", manifest.build(
+        argv=opts.argv, tdf=defn.tdf.factor, seeds=sorted({p.seed for p in points}), features=needs,
+        extra={"run_id": run_id, "points": len(points)}))
+    _log_to(out / "logs" / "run.log")
+    token = "ot" + secrets.token_hex(2)
+    ledger = Ledger.create(f"{run_id}-{os.getpid()}", results_dir=str(out), argv=opts.argv)
+    todo = [p for p in points if store.state(p) != "complete"]
+    skipped = len(points) - len(todo)
+    if skipped:
+        print(f"resuming {out}: {skipped} of {len(points)} points already complete", file=sys.stderr)
+    progress = Progress(total=len(points), done=skipped)
+    failed = 0
+    code = 0
+    try:
+        with terminate_as_exception():
+            for point in todo:
+                progress.start(point)
+                d = store.begin(point)
+                ctx = PointContext(defn, point, d, ledger, token, opts.pcap, out / "pcap",
+                                   progress_fn=progress.note)
+                t0 = time.monotonic()
+                try:
+                    summary = kind.run_point(ctx)
+                except TestbedError as exc:
+                    failed += 1
+                    store.finish(point, None, error=str(exc), wall_s=time.monotonic() - t0)
+                    log.error("%s failed: %s", point.id, exc)
+                    (d / "error.txt").write_text(traceback.format_exc())
+                    progress.end(point, ok=False)
+                    continue
+                store.finish(point, summary, wall_s=time.monotonic() - t0)
+                progress.end(point, ok=True)
+    except (KeyboardInterrupt, Terminated) as exc:
+        print(f"\ninterrupted ({exc.__class__.__name__}); the point in progress is marked "
+              f"incomplete and will rerun on resume: testbed run {defn.source} --out {out}",
+              file=sys.stderr)
+        code = 130 if isinstance(exc, KeyboardInterrupt) else 143
+    finally:
+        errors = ledger.teardown()
+        if errors:
+            print("teardown incomplete; run `testbed clean`:\n  " + "\n  ".join(errors), file=sys.stderr)
+            code = code or 1
+    if failed:
+        print(f"{failed} point(s) failed; see points/*/error.txt in {out}", file=sys.stderr)
+        code = code or 1
+    return code
+
+
+class Progress:
+    """Prints points done / total, elapsed time and an estimate of the time left."""
+
+    def __init__(self, total: int, done: int = 0) -> None:
+        self.total, self.done, self.t0, self.ran = total, done, time.monotonic(), 0
+        self.current: Point | None = None
+
+    def _prefix(self) -> str:
+        return f"[{self.done}/{self.total}]"
+
+    def start(self, point: Point) -> None:
+        self.current, self.point_t0 = point, time.monotonic()
+        print(f"{self._prefix()} {point.id} {point.label()} ...", file=sys.stderr, flush=True)
+
+    def note(self, message: str) -> None:
+        print(f"    {message}", file=sys.stderr, flush=True)
+
+    def end(self, point: Point, ok: bool) -> None:
+        self.done += 1
+        self.ran += 1
+        elapsed = time.monotonic() - self.t0
+        left = (self.total - self.done) * elapsed / self.ran
+        print(f"{self._prefix()} {point.id} {'done' if ok else 'FAILED'} in "
+              f"{time.monotonic() - self.point_t0:.1f} s | elapsed {_hms(elapsed)} | "
+              f"left ~{_hms(left)}", file=sys.stderr, flush=True)
+
+
+def _hms(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+def _log_to(path: Path) -> None:
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger().addHandler(handler)
+    logging.getLogger().setLevel(logging.DEBUG)

@@ -1,0 +1,128 @@
+"""The full-kernel guest: re-run a command inside virtme-ng booting the distro kernel.
+
+The guest shares the host's root filesystem read-only (9p) and the repository and the
+results folder read-write, so results land on the host. Output is streamed, the exit
+code propagated, Ctrl-C stops the guest, a failed boot is retried once, and the qemu
+process is recorded in a host-side ledger so `testbed clean` can stop a guest whose
+parent was SIGKILLed.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from testbed import cmd
+from testbed.errors import GuestError
+from testbed.ledger import Ledger, kill_process
+
+REPO = Path(__file__).resolve().parent.parent
+INIT = Path(__file__).resolve().parent / "guest-init.sh"
+BOOT_MARKER = "OT-GUEST-UP"
+
+
+@dataclass(frozen=True)
+class GuestConfig:
+    """Guest size and acceleration; from TESTBED_GUEST_{CPUS,MEMORY,KVM} by default."""
+
+    cpus: int = 2
+    memory: str = "3G"
+    kvm: str = "auto"  # auto (probe once per boot) | on | off
+    kernel: Path | None = None
+
+    @classmethod
+    def from_env(cls) -> "GuestConfig":
+        e = os.environ
+        return cls(cpus=int(e.get("TESTBED_GUEST_CPUS", min(os.cpu_count() or 2, 4))),
+                   memory=e.get("TESTBED_GUEST_MEMORY", "3G"), kvm=e.get("TESTBED_GUEST_KVM", "auto"),
+                   kernel=Path(e["TESTBED_GUEST_KERNEL"]) if e.get("TESTBED_GUEST_KERNEL") else None)
+
+
+def vng_command(argv: list[str], cfg: GuestConfig, rw_dirs: list[Path], use_kvm: bool) -> list[str]:
+    """The virtme-ng argument list that runs ``argv`` in the guest."""
+    from testbed.features import distro_kernel
+
+    kernel = cfg.kernel or distro_kernel()
+    if kernel is None:
+        raise GuestError("no distro kernel with modules found in /boot (apt package linux-image-amd64); "
+                         "run `make setup`")
+    dirs = sorted({str(REPO), *(str(d.resolve()) for d in rw_dirs)})
+    guest_cmd = shlex.join(["env", f"OT_GUEST_CWD={os.getcwd()}", f"OT_RW_DIRS={':'.join(dirs)}",
+                            f"TESTBED_GUEST_ACCEL={'kvm' if use_kvm else 'tcg'}", str(INIT), *argv])
+    vng = [str(Path(sys.executable).parent / "vng"), "--run", str(kernel), "--cpus", str(cfg.cpus),
+           "--memory", cfg.memory, *[f"--rwdir={d}" for d in dirs], "--exec", guest_cmd]
+    if not use_kvm:
+        vng.insert(1, "--disable-kvm")
+    return vng
+
+
+def decide_kvm(cfg: GuestConfig) -> bool:
+    if cfg.kvm in ("on", "off"):
+        return cfg.kvm == "on"
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return False
+    from testbed.features import distro_kernel, kvm_probe
+
+    kernel = cfg.kernel or distro_kernel()
+    return bool(kernel and kvm_probe(kernel).ok)
+
+
+def run_in_guest(argv: list[str], *, rw_dirs: list[Path] | None = None, ledger_id: str | None = None,
+                 cfg: GuestConfig | None = None) -> int:
+    """Run ``argv`` in the guest and return its exit code (130 on Ctrl-C).
+
+    Raises GuestError when the guest fails to boot twice.
+    """
+    cfg = cfg or GuestConfig.from_env()
+    use_kvm = decide_kvm(cfg)
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
+    for attempt in (1, 2):
+        t0 = time.monotonic()
+        code, booted = _boot_once(vng_command(argv, cfg, rw_dirs or [], use_kvm), env,
+                                  ledger_id or f"guest-{os.getpid()}-{attempt}")
+        if booted or code in (130, 143):
+            return code
+        print(f"testbed: the guest did not boot (exit {code} after {time.monotonic() - t0:.0f} s)"
+              + ("; retrying once" if attempt == 1 else ""), file=sys.stderr)
+    raise GuestError("the full-kernel guest failed to boot twice; see the output above and "
+                     "`testbed doctor`")
+
+
+def _boot_once(vng: list[str], env: dict[str, str], ledger_id: str) -> tuple[int, bool]:
+    ledger = Ledger.create(f"{ledger_id}-{os.getpid()}-{time.monotonic_ns() % 10**6}",
+                           argv=vng)
+    seq = ledger.add("guest", argv=vng)
+    proc = subprocess.Popen(vng, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    ledger.update(seq, pid=proc.pid, start_time=cmd.process_start_time(proc.pid))
+    booted, interrupted = False, 0
+
+    def stop(signum: int, frame: object) -> None:
+        nonlocal interrupted
+        interrupted = signum
+        kill_process(proc.pid, cmd.process_start_time(proc.pid), group=True, grace_s=5.0)
+
+    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            line = raw.decode(errors="replace")
+            if not booted and BOOT_MARKER in line:
+                booted = True
+                continue
+            sys.stdout.write(line)
+            sys.stdout.flush()
+        code = proc.wait()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        ledger.teardown()
+    if interrupted:
+        return 128 + interrupted, booted
+    return code, booted

@@ -1,0 +1,125 @@
+"""Feature probes on the running host (needs root; runs natively, no guest).
+
+On the restricted host kernel (no CONFIG_MODULES) the probes must give the verified
+facts in /work/shared/spec/README.md; on a full kernel (the distro kernel in a guest,
+or a Vagrant VM) netem, fq and the OVS kernel datapath must be there.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed import features
+from testbed.features import Probe, probe_all
+
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(os.geteuid() != 0, reason="feature probes need root (namespaces, tc, BPF)"),
+]
+
+RESTRICTED = not Path("/proc/modules").exists()  # the host VM kernel: no loadable modules
+
+
+def netns_list() -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                         timeout=10, check=True).stdout
+    return sorted(out.splitlines())
+
+
+def root_links() -> set[str]:
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True,
+                         timeout=10, check=True).stdout
+    return {line.split(":")[1].strip().split("@")[0] for line in out.splitlines()}
+
+
+@pytest.fixture(scope="module")
+def probed() -> tuple[dict[str, Probe], float, list[str], list[str], set[str], set[str]]:
+    ns_before, links_before = netns_list(), root_links()
+    start = time.monotonic()
+    result = probe_all()
+    elapsed = time.monotonic() - start
+    return result, elapsed, ns_before, netns_list(), links_before, root_links()
+
+
+def test_every_feature_probed(probed) -> None:
+    result = probed[0]
+    assert list(result) == list(features.FEATURES)
+    for name, probe in result.items():
+        assert probe.name == name
+        assert probe.detail.strip(), f"{name}: empty detail"
+
+
+def test_false_probes_say_why(probed) -> None:
+    for probe in probed[0].values():
+        if not probe.ok:
+            assert len(probe.detail.strip()) > 10, probe
+
+
+def test_common_facts(probed) -> None:
+    result = probed[0]
+    for name in ("htb", "tbf", "clsact-bpf", "btf", "netns"):
+        assert result[name].ok, result[name]
+
+
+@pytest.mark.skipif(not RESTRICTED, reason="host-kernel facts: this kernel has loadable modules")
+def test_restricted_host_facts(probed) -> None:
+    result = probed[0]
+    for name in ("netem", "fq", "ovs-kernel", "modules"):
+        assert not result[name].ok, result[name]
+    assert "qdisc kind is unknown" in result["netem"].detail
+    assert "qdisc kind is unknown" in result["fq"].detail
+    assert result["bpf-struct-ops"].ok, result["bpf-struct-ops"]
+    assert result["tracepoints"].ok, result["tracepoints"]
+
+
+@pytest.mark.skipif(RESTRICTED, reason="full-kernel facts: this kernel has no loadable modules")
+def test_full_kernel_facts(probed) -> None:
+    result = probed[0]
+    for name in ("netem", "fq", "ovs-kernel", "modules"):
+        assert result[name].ok, result[name]
+
+
+def probe_namespaces(names: list[str]) -> list[str]:
+    # Other runs (other sessions' experiments) may add namespaces concurrently, so
+    # compare only the probes' own namespaces.
+    return [n for n in names if n.startswith(features.PROBE_NS_PREFIX)]
+
+
+def test_nothing_left_behind(probed) -> None:
+    _, _, ns_before, ns_after, links_before, links_after = probed
+    assert probe_namespaces(ns_after) == probe_namespaces(ns_before)
+    assert not [n for n in ns_after if n.startswith(f"{features.PROBE_NS_PREFIX}{os.getpid()}-")]
+    assert not {n for n in links_after - links_before if n.startswith("otp")}
+
+
+def test_fast_enough(probed) -> None:
+    assert probed[1] < 5.0, f"probe_all took {probed[1]:.2f} s"
+
+
+def test_failing_probe_still_deletes_namespace() -> None:
+    before = probe_namespaces(netns_list())
+    probe = features._try_qdisc("bogus", ["otbogusqdisc"])
+    assert not probe.ok and "otbogusqdisc" in probe.detail
+    assert probe_namespaces(netns_list()) == before
+
+
+def test_kvm_probe_reports_and_caches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    kernel = features.distro_kernel()
+    if kernel is None:
+        pytest.skip("no distro kernel with modules in /boot")
+    monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path))
+    first = features.kvm_probe(kernel, timeout_s=120)
+    assert first.name == "kvm" and first.detail.strip()
+    if not first.ok and Path("/dev/kvm").exists() and RESTRICTED:
+        # This host's /dev/kvm only runs PVM guests: QEMU aborts on a stock kernel.
+        assert "failed to set MSR" in first.detail, first.detail
+    if Path("/dev/kvm").exists():
+        assert (tmp_path / "kvm-probe.json").is_file()
+        start = time.monotonic()
+        assert features.kvm_probe(kernel) == first
+        assert time.monotonic() - start < 1.0  # cached: no second boot
