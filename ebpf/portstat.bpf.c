@@ -45,13 +45,16 @@ int portstat(struct __sk_buff *skb)
 		.pad = 0,
 	};
 	__u64 len = skb->len;
+	/* TCP always builds GSO skbs; with GSO off on the device they are segmented only
+	 * after the clsact egress hook, so count the wire packets an skb will become. */
+	__u64 segs = skb->gso_segs ? skb->gso_segs : 1;
 	__u64 now = bpf_ktime_get_ns();
 	struct portstat_value *val;
 
 	val = bpf_map_lookup_elem(&port_counters, &key);
 	if (!val) {
 		struct portstat_value init = {
-			.packets = 1,
+			.packets = segs,
 			.bytes = len,
 			.first_ns = now,
 			.last_ns = now,
@@ -64,7 +67,7 @@ int portstat(struct __sk_buff *skb)
 		if (!val)
 			return TC_ACT_OK;
 	}
-	__sync_fetch_and_add(&val->packets, 1);
+	__sync_fetch_and_add(&val->packets, segs);
 	__sync_fetch_and_add(&val->bytes, len);
 	val->last_ns = now;
 	return TC_ACT_OK;

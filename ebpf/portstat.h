@@ -28,7 +28,7 @@ struct portstat_key {
 };
 
 struct portstat_value {
-	__u64 packets;   /* skbs seen (a GSO skb counts once) */
+	__u64 packets;   /* wire packets: a GSO skb counts gso_segs */
 	__u64 bytes;     /* sum of skb->len, L2 header included */
 	__u64 first_ns;  /* bpf_ktime_get_ns() (CLOCK_MONOTONIC) of the first skb */
 	__u64 last_ns;   /* bpf_ktime_get_ns() of a most recent skb */

@@ -30,7 +30,7 @@ from testbed.errors import CommandError, LedgerError
 log = logging.getLogger(__name__)
 
 OVS_RUN_KEY = "optical-tcp-testbed-run"
-BPF_PIN_ROOT = Path("/sys/fs/bpf/optical-tcp-testbed")
+from testbed.bpf import PIN_ROOT as BPF_PIN_ROOT  # noqa: E402
 # Kinds whose objects cannot outlive a reboot of the kernel that holds them.
 PER_BOOT_KINDS = {"process", "netns", "link", "qdisc", "bpf-pin", "module", "guest", "ovs-daemon"}
 

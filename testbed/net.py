@@ -227,7 +227,7 @@ class Emulation:
             if link_exists(name, ns):
                 raise LedgerError(f"interface {name} already exists; not touching it")
         self.ledger.add("link", name=name_a, netns=ns_a, peer=name_b, peer_netns=ns_b)
-        argv = ["ip", "link", "add", name_a, *(["netns", ns_a] if ns_a else []), "type", "veth",
+        argv = ["ip", "link", "add", "name", name_a, *(["netns", ns_a] if ns_a else []), "type", "veth",
                 "peer", "name", name_b, *(["netns", ns_b] if ns_b else [])]
         cmd.run(argv)
         a.intfs.append(name_a)

@@ -83,21 +83,35 @@ class PointContext:
             self.progress_fn(message)
 
     @contextlib.contextmanager
-    def captures(self, emu: Any) -> Iterator[None]:
-        """Capture the links named with --pcap while the block runs."""
+    def instruments(self, emu: Any, *, count_ports: bool = True) -> Iterator[None]:
+        """While the block runs: capture the links named with --pcap, and count packets
+        and bytes on every host port with the ``portstat`` BPF program (ports.csv)."""
+        from testbed import bpf
         from testbed.capture import Capture
 
         caps = []
+        pin_dir = bpf.PIN_ROOT / f"{self.token}-{self.point.id}"
+        ports: dict[tuple[int, int], tuple[str, str]] = {}
         try:
+            if count_ports:
+                for node_id, host in enumerate(emu.hosts(), start=1):
+                    for port_id, intf in enumerate(host.intfs, start=1):
+                        ports[(node_id, port_id)] = (host.name, intf)
+                        for direction in ("ingress", "egress"):
+                            bpf.attach_portstat(self.ledger, netns=host.netns, dev=intf,
+                                                direction=direction, node_id=node_id,
+                                                port_id=port_id, pin_dir=pin_dir)
             for link in self.pcap_links:
                 caps.append(Capture(emu, link, self.pcap_dir / f"{self.point.id}-{link}.pcap"))
             yield
         finally:
             for c in reversed(caps):
                 c.stop()
-
-    def port_counters(self, emu: Any) -> None:
-        """Placeholder for per-port BPF counters (attached by the instruments hook)."""
+        if ports:
+            rows = [{"node": ports[(c["node"], c["port"])][0], "intf": ports[(c["node"], c["port"])][1],
+                     "direction": c["direction"], "packets": c["packets"], "bytes": c["bytes"]}
+                    for c in bpf.read_port_counters(pin_dir) if (c["node"], c["port"]) in ports]
+            self.write_csv("ports.csv", sorted(rows, key=lambda r: (r["node"], r["intf"], r["direction"])))
 
 
 def run_features(defn: Definition) -> set[str]:

@@ -48,7 +48,7 @@ class NetemPath(ExperimentKind):
 
     @classmethod
     def features(cls, values: dict[str, Any]) -> set[str]:
-        need = {"netns", "htb"}
+        need = {"netns", "htb", "clsact-bpf"}
         if values["delay"].si > 0 or values["loss"].si > 0:
             need.add("netem")
         if values["switch"] == "ovs":
@@ -71,7 +71,7 @@ class NetemPath(ExperimentKind):
         topo = TwoHostPath(shape=shape, switch=v["switch"], datapath=v["datapath"])
         with Emulation(topo, ctx.ledger, ctx.token) as emu:
             h1, h2 = emu["h1"], emu["h2"]
-            with ctx.captures(emu):
+            with ctx.instruments(emu):
                 rtts_emu = ping(h1, h2.ip, v["pings"])
                 server = h2.popen(["iperf3", "-s", "-1", "-B", h2.ip, "-p", str(IPERF_PORT)],
                                   stdout=ctx.log_file("iperf3-server.log"))
@@ -84,7 +84,6 @@ class NetemPath(ExperimentKind):
                              timeout=duration + omit + 60, check=False)
                 server.wait(timeout=10)
             ctx.write_text("iperf3-client.json", out.stdout)
-            ctx.port_counters(emu)
         result = parse_iperf3(out.stdout)
         series = [{"t_s": D.time_to_paper(t), "throughput_bps": D.rate_to_paper(bps)}
                   for t, bps in result["intervals"]]

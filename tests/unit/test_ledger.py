@@ -1,0 +1,85 @@
+"""The ledger: written before creation, torn down in reverse, never touches foreign objects."""
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from testbed import cmd
+from testbed.ledger import Ledger, clean
+
+
+@pytest.fixture(autouse=True)
+def state(tmp_path, monkeypatch):
+    monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path / "state"))
+    return tmp_path
+
+
+def test_teardown_reverse_order_and_archive(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    led = Ledger.create("r1", results_dir=str(results))
+    d = tmp_path / "d"
+    led.add("file", path=str(d))
+    d.mkdir()
+    led.add("file", path=str(d / "f"))
+    (d / "f").write_text("x")
+    assert led.teardown() == []
+    assert not d.exists()  # f went first, then d: reverse order
+    assert not led.path.exists()
+    lines = [json.loads(x) for x in (results / "logs/ledger.jsonl").read_text().splitlines()]
+    assert [x["type"] for x in lines] == ["header", "add", "add", "gone", "gone"]
+    assert [x["seq"] for x in lines if x["type"] == "gone"] == [1, 0]
+
+
+def test_truncated_last_line_is_tolerated(tmp_path):
+    led = Ledger.create("r2")
+    led.add("file", path=str(tmp_path / "x"))
+    with open(led.path, "a") as f:
+        f.write('{"type": "add", "seq": 1, "kind": "fi')  # killed mid-write
+    again = Ledger.load(led.path)
+    assert len(again.live()) == 1
+
+
+def test_process_killed_only_if_identity_matches(tmp_path):
+    ours = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    other = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        led = Ledger.create("r3")
+        s = led.add("process", argv=["sleep"], group=True)
+        led.update(s, pid=ours.pid, start_time=cmd.process_start_time(ours.pid))
+        # same pid number recorded with a wrong start time stands for a recycled PID
+        s = led.add("process", argv=["sleep"])
+        led.update(s, pid=other.pid, start_time=cmd.process_start_time(other.pid) + 1)
+        assert led.teardown() == []
+        assert ours.wait(timeout=5) is not None
+        time.sleep(0.2)
+        assert other.poll() is None
+    finally:
+        ours.kill()
+        other.kill()
+        ours.wait()
+        other.wait()
+
+
+def test_clean_skips_a_live_run_and_finishes_a_dead_one(tmp_path):
+    victim = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        dead = Ledger.create("dead")
+        s = dead.add("process", argv=["sleep"])
+        dead.update(s, pid=victim.pid, start_time=cmd.process_start_time(victim.pid))
+        # the owner of "dead" is this process, which counts as not running for clean
+        live_owner = subprocess.Popen(["sleep", "60"])
+        live = Ledger.create("live")
+        header = dict(live.header, pid=live_owner.pid, pid_start=cmd.process_start_time(live_owner.pid))
+        live.path.write_text(json.dumps({"type": "header", **header}) + "\n")
+        cleaned, skipped, errors = clean()
+        assert errors == [] and len(cleaned) == 1 and "dead" in cleaned[0]
+        assert len(skipped) == 1 and "live" in skipped[0]
+        assert victim.wait(timeout=5) is not None
+        live_owner.kill()
+        live_owner.wait()
+    finally:
+        victim.kill()
+        victim.wait()

@@ -1,0 +1,55 @@
+import json
+
+import pytest
+
+from testbed import definition
+from testbed.errors import ResultsError
+from testbed.results import RunStore, atomic_write
+
+DEF = {"experiment": {"name": "t", "kind": "netem-path"}, "sweep": {"rate": ["1 Mbit/s", "2 Mbit/s"]},
+       "run": {"reps": 2}}
+
+
+def test_atomic_write_leaves_no_temp_files(tmp_path):
+    atomic_write(tmp_path / "a.txt", "one")
+    atomic_write(tmp_path / "a.txt", "two")
+    assert (tmp_path / "a.txt").read_text() == "two"
+    assert [p.name for p in tmp_path.iterdir()] == ["a.txt"]
+
+
+def test_resume_skips_complete_and_reruns_interrupted(tmp_path):
+    d = definition.validate(DEF)
+    pts = d.points()
+    store = RunStore.open(tmp_path / "run", d)
+    store.begin(pts[0])
+    store.finish(pts[0], {"throughput_bps": 1.0})
+    store.begin(pts[1])  # killed here: status stays "running"
+    (store.point_dir(pts[1]) / "partial.csv").write_text("x")
+
+    again = RunStore.open(tmp_path / "run", definition.validate(DEF))
+    assert [again.state(p) for p in pts] == ["complete", "running", None, None]
+    again.begin(pts[1])  # the interrupted attempt is set aside, not mixed in or lost
+    assert not (again.point_dir(pts[1]) / "partial.csv").exists()
+    assert (tmp_path / "run/points/.incomplete/p0001-0/partial.csv").exists()
+    again.finish(pts[1], {"throughput_bps": 2.0})
+    rows = again.summaries()
+    assert [r["point"] for r in rows] == ["p0000", "p0001"]
+    assert (tmp_path / "run/summary.csv").read_text().count("\n") == 3
+
+
+def test_failed_point_is_recorded_and_not_in_summary(tmp_path):
+    d = definition.validate(DEF)
+    store = RunStore.open(tmp_path / "run", d)
+    p = d.points()[0]
+    store.begin(p)
+    store.finish(p, None, error="iperf3: boom")
+    st = json.loads((store.point_dir(p) / "status.json").read_text())
+    assert st["state"] == "failed" and st["error"] == "iperf3: boom"
+    assert store.summaries() == []
+
+
+def test_resume_with_other_configuration_is_refused(tmp_path):
+    RunStore.open(tmp_path / "run", definition.validate(DEF))
+    other = dict(DEF, run={"reps": 3})
+    with pytest.raises(ResultsError, match="another configuration"):
+        RunStore.open(tmp_path / "run", definition.validate(other))
