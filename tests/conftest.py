@@ -38,7 +38,7 @@ def require_features(*names: str) -> None:
         pytest.skip(f"kernel lacks {msg}")
 
 
-def testbed(*args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess[str]:
+def run_testbed(*args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess[str]:
     p = subprocess.run([sys.executable, "-m", "testbed", *args], capture_output=True, text=True,
                        timeout=timeout, cwd=REPO)
     if check and p.returncode != 0:
@@ -111,7 +111,7 @@ def killed_run_then_clean(tmp_path: Path, datapath: str, extra_sets: list[str]) 
         assert all(netns_exists(n) for n in netns) and netns
         assert any(cmd.process_start_time(p) == s for p, s in pids)
 
-        clean = testbed("clean")
+        clean = run_testbed("clean")
         assert run_id in clean.stdout, clean.stdout
 
         assert not [n for n in netns if netns_exists(n)]
