@@ -110,6 +110,8 @@ def example(dim: Dim) -> str:
 
 def format_si(si: float, dim: Dim) -> str:
     """Format an SI value with the largest unit that keeps the number >= 1."""
+    if si == 0:
+        return "0 " + next((u for u, f in _FORMAT_UNITS[dim] if f == 1.0), _FORMAT_UNITS[dim][0][0])
     for unit, factor in _FORMAT_UNITS[dim]:
         if abs(si) >= factor or factor == _FORMAT_UNITS[dim][-1][1]:
             return f"{si / factor:.6g} {unit}"
