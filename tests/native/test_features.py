@@ -97,10 +97,6 @@ def test_nothing_left_behind(probed) -> None:
     assert not {n for n in links_after - links_before if n.startswith("otp")}
 
 
-def test_fast_enough(probed) -> None:
-    assert probed[1] < 5.0, f"probe_all took {probed[1]:.2f} s"
-
-
 def test_failing_probe_still_deletes_namespace() -> None:
     before = probe_namespaces(netns_list())
     probe = features._try_qdisc("bogus", ["otbogusqdisc"])
