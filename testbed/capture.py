@@ -8,6 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from testbed import cmd
 from testbed.errors import DefinitionError, TestbedError
 from testbed.net import Emulation
 
@@ -32,7 +33,6 @@ class Capture:
             seq = emu.ledger.add("process", argv=argv, group=True, stop_signal=int(signal.SIGINT))
             self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                          stdin=subprocess.DEVNULL, start_new_session=True)
-            from testbed import cmd
             emu.ledger.update(seq, pid=self.proc.pid, start_time=cmd.process_start_time(self.proc.pid))
         else:
             self.proc = node.popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
