@@ -14,7 +14,7 @@ GUEST_OPTS ?=
 help:
 	@echo "make run    - set up, build, run the main demo, print where its report is"
 	@echo "make test   - set up, build, run all test tiers (unit, BPF, native, guest)"
-	@echo "make bench  - benchmarks (guest boot time, ...)"
+	@echo "make bench  - benchmarks (all areas; AREAS="switch traffic" for some)"
 	@echo "make setup  - idempotent set-up only (apt, venv, pinned pip, builds)"
 	@echo "make clean  - remove leftovers of killed runs (testbed clean)"
 
@@ -49,7 +49,7 @@ run: setup
 	@$(TESTBED) run demo
 
 bench: setup
-	@$(PY) -m testbed.bench
+	@$(PY) -m testbed.benchmarks $(AREAS)
 
 clean:
 	@if [ -x $(TESTBED) ]; then $(TESTBED) clean; else echo "nothing set up yet"; fi
