@@ -1,0 +1,5 @@
+"""`python -m testbed.benchmarks [AREA ...]`."""
+
+from testbed.benchmarks import main
+
+raise SystemExit(main())
