@@ -48,12 +48,14 @@
 #include <bpf/libbpf.h>
 
 #include "portstat.h"
+#include "optswitch.h"
 
 #ifndef BPF_FS_MAGIC
 #define BPF_FS_MAGIC 0xcafe4a11
 #endif
 
 #define MAX_SETS 32
+#define MAX_DEVS 64
 #define LOAD_ATTEMPTS 5
 
 struct opts {
@@ -65,6 +67,10 @@ struct opts {
 	const char *netns;
 	const char *packet;
 	const char *map;
+	const char *file;
+	const char *prog2;
+	const char *devs[MAX_DEVS];
+	int ndevs;
 	const char *sets[MAX_SETS];
 	int nsets;
 	long repeat;
@@ -104,6 +110,12 @@ static void usage(FILE *f)
 	      "  tbload test-run --obj FILE --prog NAME --pin-dir DIR --packet FILE|LEN\n"
 	      "                [--repeat N] [--set VAR=VALUE ...]\n"
 	      "  tbload dump-portstat --map PINNED_PATH\n"
+	      "  tbload load --obj FILE --prog NAME --pin-dir DIR [--set VAR=VALUE ...]\n"
+	      "  tbload attach-node --obj FILE --prog INGRESS --prog2 EGRESS --pin-dir DIR\n"
+	      "                --dev IFNAME [--dev IFNAME ...] [--netns NAME|PATH] [--set ...]\n"
+	      "  tbload map-update --map PINNED_PATH --file FILE   (lines: KEYHEX VALUEHEX)\n"
+	      "  tbload map-dump --map PINNED_PATH                 (lines: KEYHEX VALUEHEX)\n"
+	      "  tbload test-trace --obj FILE --prog NAME --pin-dir DIR --trace FILE [--set ...]\n"
 	      "options: -v/--verbose prints libbpf debug output (verifier log) on stderr\n",
 	      f);
 }
@@ -121,6 +133,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{ "packet", required_argument, NULL, 'k' },
 		{ "repeat", required_argument, NULL, 'r' },
 		{ "map", required_argument, NULL, 'm' },
+		{ "file", required_argument, NULL, 'f' },
+		{ "trace", required_argument, NULL, 'f' },
+		{ "prog2", required_argument, NULL, 'q' },
 		{ "handle", required_argument, NULL, 'H' },
 		{ "priority", required_argument, NULL, 'R' },
 		{ "verbose", no_argument, NULL, 'v' },
@@ -139,7 +154,16 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		switch (c) {
 		case 'o': o->obj = optarg; break;
 		case 'p': o->prog = optarg; break;
-		case 'd': o->dev = optarg; break;
+		case 'd':
+			o->dev = optarg;
+			if (o->ndevs == MAX_DEVS) {
+				fail("too many --dev options (at most %d)", MAX_DEVS);
+				return -1;
+			}
+			o->devs[o->ndevs++] = optarg;
+			break;
+		case 'f': o->file = optarg; break;
+		case 'q': o->prog2 = optarg; break;
 		case 'D': o->dir = optarg; break;
 		case 'P': o->pin_dir = optarg; break;
 		case 'n': o->netns = optarg; break;
@@ -842,6 +866,368 @@ static int cmd_dump_portstat(const struct opts *o)
 	return 0;
 }
 
+/* ---- optswitch support: load / attach-node / map-update / map-dump / test-trace ---- */
+
+static int cmd_load(const struct opts *o)
+{
+	struct bpf_program *prog;
+	struct bpf_object *obj;
+
+	if (need(o->obj, "--obj", "load") || need(o->prog, "--prog", "load") ||
+	    need(o->pin_dir, "--pin-dir", "load"))
+		return 2;
+	if (prepare_pin_dir(o->pin_dir))
+		return 1;
+	obj = open_and_load(o, &prog);
+	if (!obj)
+		return 1;
+	printf("{\"loaded\": true, \"pin_dir\": \"%s\"}\n", o->pin_dir);
+	bpf_object__close(obj);
+	return 0;
+}
+
+/* Attach one loaded program to tc dir of ifindex and pin it at DIR/progs/<dev>-<dir>. */
+static int attach_one(const struct opts *o, struct bpf_program *prog, const char *dev,
+		      unsigned int ifindex, enum bpf_tc_attach_point ap, const char *dir)
+{
+	DECLARE_LIBBPF_OPTS(bpf_tc_hook, hook);
+	DECLARE_LIBBPF_OPTS(bpf_tc_opts, tco);
+	char pin[PATH_MAX];
+	int err;
+
+	if (snprintf(pin, sizeof(pin), "%s/progs/%s-%s", o->pin_dir, dev, dir) >= (int)sizeof(pin)) {
+		fail("program pin path too long");
+		return -1;
+	}
+	hook.ifindex = ifindex;
+	hook.attach_point = ap;
+	err = bpf_tc_hook_create(&hook);
+	if (err && err != -EEXIST) {
+		fail("creating the clsact qdisc on %s: %s", dev, strerror(-err));
+		return -1;
+	}
+	tco.prog_fd = bpf_program__fd(prog);
+	err = bpf_tc_attach(&hook, &tco);
+	if (err) {
+		fail("attaching program %s to %s %s (tc, direct-action): %s",
+		     bpf_program__name(prog), dev, dir, strerror(-err));
+		return -1;
+	}
+	err = bpf_program__pin(prog, pin);
+	if (err) {
+		DECLARE_LIBBPF_OPTS(bpf_tc_opts, del, .handle = tco.handle, .priority = tco.priority);
+
+		fail("pinning program at %s: %s (detaching it again)", pin, strerror(-err));
+		bpf_tc_detach(&hook, &del);
+		return -1;
+	}
+	printf("{\"dev\": \"%s\", \"dir\": \"%s\", \"prog_id\": %u, \"handle\": %u, "
+	       "\"priority\": %u, \"ifindex\": %u, \"prog_pin\": \"%s\"}\n",
+	       dev, dir, tco.prog_id, tco.handle, tco.priority, ifindex, pin);
+	return 0;
+}
+
+/* Load the object once (one node) and attach its ingress and egress programs to every
+ * --dev; prints one JSON line per attachment. */
+static int cmd_attach_node(const struct opts *o)
+{
+	unsigned int ifindex[MAX_DEVS];
+	struct bpf_program *ing, *egr;
+	struct bpf_object *obj;
+	int err = 0;
+
+	if (need(o->obj, "--obj", "attach-node") || need(o->prog, "--prog", "attach-node") ||
+	    need(o->prog2, "--prog2", "attach-node") || need(o->pin_dir, "--pin-dir", "attach-node"))
+		return 2;
+	if (o->ndevs == 0) {
+		fail("attach-node needs at least one --dev");
+		return 2;
+	}
+	for (int i = 0; i < o->ndevs; i++)
+		if (check_dev_name(o->devs[i]))
+			return 2;
+	if (prepare_pin_dir(o->pin_dir))
+		return 1;
+	if (o->netns && enter_netns(o->netns))
+		return 1;
+	for (int i = 0; i < o->ndevs; i++) {
+		ifindex[i] = if_nametoindex(o->devs[i]);
+		if (!ifindex[i]) {
+			fail("device %s not found in network namespace %s: %s", o->devs[i],
+			     o->netns ? o->netns : "(current)", strerror(errno));
+			return 1;
+		}
+	}
+	obj = open_and_load(o, &ing);
+	if (!obj)
+		return 1;
+	egr = bpf_object__find_program_by_name(obj, o->prog2);
+	if (!egr) {
+		fail("no program '%s' in %s", o->prog2, o->obj);
+		bpf_object__close(obj);
+		return 1;
+	}
+	for (int i = 0; i < o->ndevs && !err; i++) {
+		err = attach_one(o, ing, o->devs[i], ifindex[i], BPF_TC_INGRESS, "ingress");
+		if (!err)
+			err = attach_one(o, egr, o->devs[i], ifindex[i], BPF_TC_EGRESS, "egress");
+	}
+	bpf_object__close(obj);
+	return err ? 1 : 0;
+}
+
+static int open_pinned_map(const char *path, struct bpf_map_info *info)
+{
+	__u32 info_len = sizeof(*info);
+	int fd = bpf_obj_get(path);
+
+	if (fd < 0) {
+		fail("opening pinned map %s: %s", path, strerror(errno));
+		return -1;
+	}
+	memset(info, 0, sizeof(*info));
+	if (bpf_obj_get_info_by_fd(fd, info, &info_len)) {
+		fail("%s is not a pinned map (reading map info: %s)", path, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static int parse_hex(const char *s, unsigned char *out, size_t n)
+{
+	if (strlen(s) != 2 * n)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		unsigned int b;
+
+		if (sscanf(s + 2 * i, "%2x", &b) != 1)
+			return -1;
+		out[i] = b;
+	}
+	return 0;
+}
+
+static void print_hex(const unsigned char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		printf("%02x", p[i]);
+}
+
+static int cmd_map_update(const struct opts *o)
+{
+	struct bpf_map_info info;
+	unsigned char *key = NULL, *val = NULL;
+	char *line = NULL, *k, *v, *save;
+	size_t cap = 0;
+	long lineno = 0, count = 0;
+	int fd, rc = 1;
+	FILE *f;
+
+	if (need(o->map, "--map", "map-update") || need(o->file, "--file", "map-update"))
+		return 2;
+	fd = open_pinned_map(o->map, &info);
+	if (fd < 0)
+		return 1;
+	f = fopen(o->file, "r");
+	if (!f) {
+		fail("--file %s: %s", o->file, strerror(errno));
+		close(fd);
+		return 1;
+	}
+	key = malloc(info.key_size);
+	val = malloc(info.value_size);
+	if (!key || !val) {
+		fail("out of memory");
+		goto out;
+	}
+	while (getline(&line, &cap, f) > 0) {
+		lineno++;
+		k = strtok_r(line, " \t\n", &save);
+		if (!k)
+			continue;
+		v = strtok_r(NULL, " \t\n", &save);
+		if (!v || parse_hex(k, key, info.key_size) || parse_hex(v, val, info.value_size)) {
+			fail("%s line %ld: expected KEYHEX (%u bytes) VALUEHEX (%u bytes) for map %s",
+			     o->file, lineno, info.key_size, info.value_size, o->map);
+			goto out;
+		}
+		if (bpf_map_update_elem(fd, key, val, BPF_ANY)) {
+			fail("%s line %ld: updating map %s: %s", o->file, lineno, o->map, strerror(errno));
+			goto out;
+		}
+		count++;
+	}
+	printf("{\"updated\": %ld}\n", count);
+	rc = 0;
+out:
+	free(line);
+	free(key);
+	free(val);
+	fclose(f);
+	close(fd);
+	return rc;
+}
+
+static int cmd_map_dump(const struct opts *o)
+{
+	struct bpf_map_info info;
+	unsigned char *key, *next, *val;
+	bool first = true;
+	int fd, rc = 1;
+
+	if (need(o->map, "--map", "map-dump"))
+		return 2;
+	fd = open_pinned_map(o->map, &info);
+	if (fd < 0)
+		return 1;
+	key = malloc(info.key_size);
+	next = malloc(info.key_size);
+	val = malloc(info.value_size);
+	if (!key || !next || !val) {
+		fail("out of memory");
+		goto out;
+	}
+	for (;;) {
+		if (bpf_map_get_next_key(fd, first ? NULL : key, next)) {
+			if (errno == ENOENT)
+				break;
+			fail("iterating map %s: %s", o->map, strerror(errno));
+			goto out;
+		}
+		first = false;
+		memcpy(key, next, info.key_size);
+		if (bpf_map_lookup_elem(fd, key, val)) {
+			if (errno == ENOENT)
+				continue;
+			fail("looking up an entry of %s: %s", o->map, strerror(errno));
+			goto out;
+		}
+		print_hex(key, info.key_size);
+		putchar(' ');
+		print_hex(val, info.value_size);
+		putchar('\n');
+	}
+	rc = 0;
+out:
+	free(key);
+	free(next);
+	free(val);
+	close(fd);
+	return rc;
+}
+
+#define TRACE_FRAME_MAX 1514
+
+/*
+ * Run a trace through the programs of one load: every line
+ *   PROG NOW_NS LEN PORT RAND DST_IPV4
+ * sets the optsw_hook map (time, model length, port, random number), runs PROG on an
+ * Ethernet+IPv4+UDP frame to DST_IPV4 of min(LEN, 1514) bytes and prints
+ *   {"retval": R, "cb0": C, "tstamp": T}
+ * (T = skb->tstamp after the run). Needs rodata tb_test_mode=1.
+ */
+static int cmd_test_trace(const struct opts *o)
+{
+	DECLARE_LIBBPF_OPTS(bpf_test_run_opts, tr);
+	struct __sk_buff ctx_in, ctx_out;
+	struct bpf_program *prog, *first;
+	struct bpf_object *obj;
+	char *line = NULL, pname[64], dst[64];
+	unsigned long long now;
+	unsigned int len, port, rnd;
+	size_t cap = 0;
+	long lineno = 0;
+	int hook_fd, rc = 1;
+	FILE *f;
+
+	if (need(o->obj, "--obj", "test-trace") || need(o->prog, "--prog", "test-trace") ||
+	    need(o->pin_dir, "--pin-dir", "test-trace") || need(o->file, "--trace", "test-trace"))
+		return 2;
+	if (prepare_pin_dir(o->pin_dir))
+		return 1;
+	f = fopen(o->file, "r");
+	if (!f) {
+		fail("--trace %s: %s", o->file, strerror(errno));
+		return 1;
+	}
+	obj = open_and_load(o, &first);
+	if (!obj) {
+		fclose(f);
+		return 1;
+	}
+	hook_fd = bpf_object__find_map_fd_by_name(obj, "optsw_hook");
+	if (hook_fd < 0) {
+		fail("%s has no optsw_hook map", o->obj);
+		goto out;
+	}
+	while (getline(&line, &cap, f) > 0) {
+		struct optsw_hook h = { 0 };
+		unsigned char *frame;
+		struct in_addr ip;
+		__u32 zero = 0;
+		size_t flen;
+		int err;
+
+		lineno++;
+		if (line[0] == '\n' || line[0] == '#')
+			continue;
+		if (sscanf(line, "%63s %llu %u %u %u %63s", pname, &now, &len, &port, &rnd, dst) != 6 ||
+		    inet_pton(AF_INET, dst, &ip) != 1 || len < SYNTH_MIN) {
+			fail("%s line %ld: expected PROG NOW_NS LEN(>=%d) PORT RAND DST_IPV4", o->file,
+			     lineno, SYNTH_MIN);
+			goto out;
+		}
+		prog = bpf_object__find_program_by_name(obj, pname);
+		if (!prog) {
+			fail("%s line %ld: no program '%s' in %s", o->file, lineno, pname, o->obj);
+			goto out;
+		}
+		h.now_ns = now;
+		h.len = len;
+		h.port = port;
+		h.rand = rnd;
+		if (bpf_map_update_elem(hook_fd, &zero, &h, BPF_ANY)) {
+			fail("setting optsw_hook: %s", strerror(errno));
+			goto out;
+		}
+		flen = len < TRACE_FRAME_MAX ? len : TRACE_FRAME_MAX;
+		frame = synth_frame(flen);
+		if (!frame) {
+			fail("out of memory");
+			goto out;
+		}
+		memcpy(frame + 14 + 16, &ip, 4);
+		/* The kernel writes sizes back into the options: start afresh every run. */
+		memset(&tr, 0, sizeof(tr));
+		tr.sz = sizeof(tr);
+		memset(&ctx_in, 0, sizeof(ctx_in));
+		memset(&ctx_out, 0, sizeof(ctx_out));
+		tr.data_in = frame;
+		tr.data_size_in = flen;
+		tr.ctx_in = &ctx_in;
+		tr.ctx_size_in = sizeof(ctx_in);
+		tr.ctx_out = &ctx_out;
+		tr.ctx_size_out = sizeof(ctx_out);
+		tr.repeat = 1;
+		err = bpf_prog_test_run_opts(bpf_program__fd(prog), &tr);
+		free(frame);
+		if (err) {
+			fail("%s line %ld: BPF_PROG_TEST_RUN of %s: %s", o->file, lineno, pname,
+			     strerror(-err));
+			goto out;
+		}
+		printf("{\"retval\": %u, \"cb0\": %u, \"tstamp\": %llu}\n", tr.retval, ctx_out.cb[0],
+		       (unsigned long long)ctx_out.tstamp);
+	}
+	rc = 0;
+out:
+	free(line);
+	fclose(f);
+	bpf_object__close(obj);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	struct opts o;
@@ -870,6 +1256,16 @@ int main(int argc, char **argv)
 		return cmd_test_run(&o);
 	if (!strcmp(cmd, "dump-portstat"))
 		return cmd_dump_portstat(&o);
+	if (!strcmp(cmd, "load"))
+		return cmd_load(&o);
+	if (!strcmp(cmd, "attach-node"))
+		return cmd_attach_node(&o);
+	if (!strcmp(cmd, "map-update"))
+		return cmd_map_update(&o);
+	if (!strcmp(cmd, "map-dump"))
+		return cmd_map_dump(&o);
+	if (!strcmp(cmd, "test-trace"))
+		return cmd_test_trace(&o);
 	fail("unknown command '%s'", cmd);
 	usage(stderr);
 	return 2;

@@ -291,6 +291,151 @@ def test_run(
     raise BpfError(f"packet must be bytes or a length, not {type(packet).__name__}")
 
 
+# ---- optswitch (ebpf/optswitch.bpf.c): the optical switch / host NIC port model ----
+
+#: Object name of the optical switch programs and their program names.
+OPTSWITCH = "optswitch"
+OPTSW_INGRESS = "optsw_ingress"
+OPTSW_EGRESS = "optsw_egress"
+#: Map names of optswitch.bpf.o (pinned at DIR/maps/<name>).
+OPTSW_MAPS = ("optsw_cfg", "optsw_state", "optsw_ifport", "optsw_routes", "optsw_hook",
+              "optsw_monitor")
+
+
+def _check_node(node_id: int) -> None:
+    from testbed.optical.layout import MAX_NODES
+
+    if not isinstance(node_id, int) or not 0 <= node_id < MAX_NODES:
+        raise BpfError(f"node_id {node_id!r} is not an integer in 0..{MAX_NODES - 1}")
+
+
+def _optsw_sets(node_id: int, *, is_switch: bool, test_mode: bool) -> list[str]:
+    return ["--set", f"tb_node_id={node_id}", "--set", f"tb_is_switch={int(is_switch)}",
+            "--set", f"tb_test_mode={int(test_mode)}"]
+
+
+def optswitch_load(pin_dir: Path, *, ledger: Any = None) -> None:
+    """Create (or reuse) and pin the optswitch maps under ``pin_dir/maps`` without
+    attaching anything, so they can be configured before the first packet.
+
+    Raises BpfError / CommandError like :func:`attach_portstat`.
+    """
+    pin = check_pin_dir(pin_dir)
+    loader_path()
+    ensure_bpffs()
+    _record_pin_dir(ledger, pin)
+    _run_loader(["load", "--obj", str(object_path(OPTSWITCH)), "--prog", OPTSW_EGRESS,
+                 "--pin-dir", str(pin)])
+
+
+def map_update(pin_dir: Path, name: str, entries: list[tuple[bytes, bytes]]) -> int:
+    """Write ``entries`` (key bytes, value bytes) into the pinned map ``name``.
+
+    Returns the number of entries written; raises CommandError if the loader rejects a
+    size or the kernel an update (the message names the map and the line).
+    """
+    pin = check_pin_dir(pin_dir)
+    if not entries:
+        return 0
+    with tempfile.NamedTemporaryFile("w", prefix="tbmap-", suffix=".txt") as f:
+        for k, v in entries:
+            f.write(f"{k.hex()} {v.hex()}\n")
+        f.flush()
+        out = _run_loader(["map-update", "--map", str(pin / "maps" / name), "--file", f.name])
+    return int(_json_line(["map-update"], out)["updated"])
+
+
+def map_dump(pin_dir: Path, name: str) -> list[tuple[bytes, bytes]]:
+    """Every (key, value) of the pinned map ``name``; [] if it is not pinned."""
+    pin = check_pin_dir(pin_dir)
+    path = pin / "maps" / name
+    if not path.exists():
+        return []
+    out = _run_loader(["map-dump", "--map", str(path)])
+    rows = []
+    for line in out.splitlines():
+        if line.strip():
+            k, v = line.split()
+            rows.append((bytes.fromhex(k), bytes.fromhex(v)))
+    return rows
+
+
+def attach_node(
+    ledger: Any,
+    *,
+    netns: str | None,
+    node_id: int,
+    devs: list[str],
+    pin_dir: Path,
+    is_switch: bool,
+) -> list[dict]:
+    """Load optswitch once for node ``node_id`` and attach its ingress and egress
+    programs to every device in ``devs`` (in namespace ``netns``, see
+    :func:`attach_portstat`). Maps are shared through ``pin_dir``; the pin dir is
+    recorded in ``ledger`` before anything is created. The programs go with the devices.
+
+    Returns one dict per attachment: ``dev``, ``dir``, ``prog_id``, ``handle``,
+    ``priority``, ``ifindex``, ``prog_pin``.
+    """
+    _check_node(node_id)
+    for dev in devs:
+        if not _DEV_RE.match(dev):
+            raise BpfError(f"device name {dev!r} is not a valid interface name")
+    if not devs:
+        raise BpfError("attach_node needs at least one device")
+    pin = check_pin_dir(pin_dir)
+    args = ["attach-node", "--obj", str(object_path(OPTSWITCH)), "--prog", OPTSW_INGRESS,
+            "--prog2", OPTSW_EGRESS, "--pin-dir", str(pin),
+            *_optsw_sets(node_id, is_switch=is_switch, test_mode=False)]
+    for dev in devs:
+        args += ["--dev", dev]
+    if netns is not None:
+        if not (netns.startswith("/") or _NETNS_NAME_RE.match(netns)):
+            raise BpfError(f"network namespace {netns!r} is neither a name nor an absolute path")
+        args += ["--netns", netns]
+    loader_path()
+    ensure_bpffs()
+    _record_pin_dir(ledger, pin)
+    out = _run_loader(args)
+    return [json.loads(ln) for ln in out.splitlines() if ln.strip()]
+
+
+def trace_run(pin_dir: Path, node_id: int, packets: list[tuple[str, int, int, int, int, str]],
+              *, is_switch: bool = True, ledger: Any = None) -> list[dict]:
+    """Run optswitch in test mode over a packet trace with injected time.
+
+    Each packet is (program, now_ns, length, port, rand, dst IPv4): ``program`` is
+    ``optsw_ingress`` or ``optsw_egress``; ``now_ns`` the time it reaches the program;
+    ``length`` the wire length the model uses (the frame itself is at most 1514 bytes,
+    BPF_PROG_TEST_RUN takes no jumbo frames); ``port`` the output (egress) or input
+    (ingress) port; ``rand`` the ECMP random number. One load serves the whole trace;
+    maps (configuration, state) are those pinned in ``pin_dir``.
+
+    Returns per packet ``retval`` (tc verdict: 0 ok, 2 shot, 7 redirect), ``cb0``
+    (egress: decision CUT/BUFFER/DROP/NOCFG; ingress: chosen output port) and
+    ``tstamp`` (egress: the stamped arrival time at the next node).
+    """
+    _check_node(node_id)
+    pin = check_pin_dir(pin_dir)
+    loader_path()
+    ensure_bpffs()
+    _record_pin_dir(ledger, pin)
+    with tempfile.NamedTemporaryFile("w", prefix="tbtrace-", suffix=".txt") as f:
+        for prog, now, length, port, rand, dst in packets:
+            f.write(f"{prog} {int(now)} {int(length)} {int(port)} {int(rand) & 0xffffffff} {dst}\n")
+        f.flush()
+        out = _run_loader(["test-trace", "--obj", str(object_path(OPTSWITCH)), "--prog", OPTSW_EGRESS,
+                           "--pin-dir", str(pin), "--trace", f.name,
+                           *_optsw_sets(node_id, is_switch=is_switch, test_mode=True)])
+    rows = [json.loads(ln) for ln in out.splitlines() if ln.strip()]
+    if len(rows) != len(packets):
+        raise BpfError(f"test-trace returned {len(rows)} results for {len(packets)} packets")
+    return rows
+
+
+trace_run.__test__ = False  # type: ignore[attr-defined]
+
+
 # pytest collects module-level callables named test_* from modules imported into a
 # test file's namespace; mark this one as not a test.
 test_run.__test__ = False  # type: ignore[attr-defined]

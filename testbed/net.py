@@ -163,7 +163,49 @@ class OVSSwitch(Switch):
             ovs.add_port(self.bridge, intf, ofport=n)
 
 
-SWITCH_CLASSES: dict[str, type[Switch]] = {"ovs": OVSSwitch, "bridge": BridgeSwitch}
+class OpticalSwitch(Switch):
+    """An optical packet switch in its own namespace: eBPF forwarding (per-packet ECMP,
+    bpf_redirect) and the eBPF port model on every port, fq releasing each packet at its
+    stamped departure time (see docs/optical-switch.md and testbed/optical/).
+
+    Params (paper units; ``tdf`` converts them): ``model`` ("electronic",
+    "all-optical", "hybrid"), ``n_e`` buffer ports (hybrid; all-optical forces 0),
+    ``rate_bps`` port rate (default 10 Gbit/s), ``tdf`` time dilation D (default 1),
+    ``flow_hash`` per-flow instead of per-packet ECMP. Any number of ports (1..32).
+    Link option ``length_m`` (default 10 m) sets each link's propagation delay.
+    """
+
+    kind = "optical"
+    MODELS = ("electronic", "all-optical", "hybrid")
+
+    def __init__(self, emu: "Emulation", name: str, **params: object) -> None:
+        super().__init__(emu, name, **params)
+        from testbed.errors import DefinitionError
+        from testbed.optical.layout import MAX_NE
+
+        self.model = str(params.get("model", "hybrid"))
+        if self.model not in self.MODELS:
+            raise DefinitionError(f"{name}.model", self.model, " | ".join(self.MODELS))
+        n_e = params.get("n_e", 0 if self.model != "hybrid" else 1)
+        if not isinstance(n_e, int) or not 0 <= n_e <= MAX_NE:
+            raise DefinitionError(f"{name}.n_e", n_e, f"an integer 0..{MAX_NE}")
+        self.n_e = 0 if self.model == "all-optical" else n_e
+        self.rate_bps = float(params.get("rate_bps", 10e9))  # type: ignore[arg-type]
+        if not self.rate_bps > 0:
+            raise DefinitionError(f"{name}.rate_bps", self.rate_bps, "a rate > 0 bit/s")
+        self.tdf = float(params.get("tdf", 1.0))  # type: ignore[arg-type]
+        if not 1.0 <= self.tdf <= 1e6:
+            raise DefinitionError(f"{name}.tdf", self.tdf, "a factor 1 <= D <= 1e6")
+        self.flow_hash = bool(params.get("flow_hash", False))
+
+    def start(self) -> None:
+        super().start()
+        self.sysctl("net.ipv6.conf.all.disable_ipv6", 1)
+        self.sysctl("net.ipv6.conf.default.disable_ipv6", 1)
+
+
+SWITCH_CLASSES: dict[str, type[Switch]] = {"ovs": OVSSwitch, "bridge": BridgeSwitch,
+                                           "optical": OpticalSwitch}
 
 
 class Emulation:
@@ -181,6 +223,9 @@ class Emulation:
         self.nodes: dict[str, Node] = {}
         # "a-b" -> ((intf, netns) at a, (intf, netns) at b); netns None = root namespace
         self.links: dict[str, tuple[tuple[str, str | None], tuple[str, str | None]]] = {}
+        # (node a, port index at a, node b, port index at b, link info), in creation order
+        self.port_links: list[tuple[str, int, str, int, dict]] = []
+        self.optical: object | None = None  # testbed.optical.netfabric.OpticalFabric
         self._first_seq = len(ledger.entries)
 
     def __enter__(self) -> "Emulation":
@@ -217,6 +262,11 @@ class Emulation:
             self.add_link(self.nodes[a], self.nodes[b], info)
         for node in self.nodes.values():
             node.configure()
+        if any(isinstance(n, OpticalSwitch) for n in self.nodes.values()):
+            from testbed.optical.netfabric import OpticalFabric
+
+            self.optical = OpticalFabric(self)
+            self.optical.setup()
 
     def add_link(self, a: Node, b: Node, info: dict) -> None:
         """A veth pair between ``a`` and ``b`` with each end's shape applied."""
@@ -232,6 +282,7 @@ class Emulation:
         cmd.run(argv)
         a.intfs.append(name_a)
         b.intfs.append(name_b)
+        self.port_links.append((a.name, len(a.intfs) - 1, b.name, len(b.intfs) - 1, dict(info)))
         self.links[f"{a.name}-{b.name}"] = ((name_a, ns_a), (name_b, ns_b))
         for name, ns, shape in ((name_a, ns_a, info.get("shape1", info.get("shape"))),
                                 (name_b, ns_b, info.get("shape2", info.get("shape")))):

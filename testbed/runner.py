@@ -78,6 +78,9 @@ class PointContext:
     def write_csv(self, name: str, rows: list[dict[str, Any]]) -> None:
         write_csv(self.dir / name, rows)
 
+    def write_json(self, name: str, data: Any) -> None:
+        write_json(self.dir / name, data)
+
     def progress(self, message: str) -> None:
         if self.progress_fn:
             self.progress_fn(message)
@@ -107,11 +110,32 @@ class PointContext:
         finally:
             for c in reversed(caps):
                 c.stop()
+        self._record_optical(emu)
         if ports:
             rows = [{"node": ports[(c["node"], c["port"])][0], "intf": ports[(c["node"], c["port"])][1],
                      "direction": c["direction"], "packets": c["packets"], "bytes": c["bytes"]}
                     for c in bpf.read_port_counters(pin_dir) if (c["node"], c["port"]) in ports]
             self.write_csv("ports.csv", sorted(rows, key=lambda r: (r["node"], r["intf"], r["direction"])))
+
+
+    def _record_optical(self, emu: Any) -> None:
+        """Optical fabric of ``emu`` (if any): per-port switch counters into
+        optical_ports.csv, the fidelity monitor into fidelity.json, and a warning when
+        the p99 lateness is not small (> 10 %) against tau of a 1514 B frame."""
+        fabric = getattr(emu, "optical", None)
+        if fabric is None:
+            return
+        self.write_csv("optical_ports.csv", fabric.counters())
+        mon = fabric.monitor()
+        tau = fabric.ref_tau_ns()
+        mon.update({"ref_tau_ns": tau, "tdf": self.tdf.factor,
+                    "p99_over_tau": mon["p99_ns"] / tau if tau else None})
+        write_json(self.dir / "fidelity.json", mon)
+        if tau and mon["p99_ns"] > 0.1 * tau:
+            log.warning("%s: p99 emulation lateness %.3g us is %.0f%% of tau (%.3g us); raise --tdf",
+                        self.point.id, mon["p99_ns"] / 1e3, 100 * mon["p99_ns"] / tau, tau / 1e3)
+            self.progress(f"warning: p99 lateness {mon['p99_ns'] / 1e3:.3g} us is not small against "
+                          f"tau {tau / 1e3:.3g} us; raise --tdf")
 
 
 def run_features(defn: Definition) -> set[str]:

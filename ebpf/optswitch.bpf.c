@@ -1,0 +1,394 @@
+// SPDX-License-Identifier: (MIT OR GPL-2.0)
+/*
+ * optswitch: an optical packet switch node as two tc (clsact, direct-action) programs.
+ *
+ * Model: W. Minakhmetov, T. Ware, L. Iannone, "Hybrid and all-optical packet switching
+ * in a datacenter network with TCP", sections II (hybrid switch architecture) and IV
+ * (simulated switches). See docs/optical-switch.md for the model, the parameters, the
+ * counters and where this kernel realisation differs from the paper.
+ *
+ *   optsw_ingress  on every port of a switch: forward an IPv4 packet by destination to
+ *                  one of its equal-cost output ports, chosen uniformly at random per
+ *                  packet (or by flow hash), with bpf_redirect. On every port of any
+ *                  node: the fidelity monitor (how late the packet is against its stamp).
+ *   optsw_egress   on every port: the port model. Per packet it decides cut-through,
+ *                  buffer or drop and the departure time, and stamps skb->tstamp with
+ *                  the earliest departure time; the fq qdisc of the port releases the
+ *                  packet then. On a host (model NIC) it serialises at the link rate.
+ *
+ * Time. A packet's arrival time at a node is its stamp from the previous node (the
+ * intended arrival, carried as a monotonic delivery time across the veth), or
+ * bpf_ktime_get_ns() if it has none (a host's own packets: max(now, TCP's EDT)). All
+ * decisions are therefore taken on the intended timeline and do not depend on how late
+ * the emulation runs, as long as packets reach a node in their intended order.
+ *
+ * Decisions need the state of the whole switch (buffer ports are shared by all
+ * outputs), so each node's state is one array element guarded by a bpf_spin_lock.
+ *
+ * Identity: tb_node_id (rodata, one load per node) and the port from the
+ * (node, ifindex) -> port map filled by the testbed; never an ifindex alone.
+ * Test mode (tb_test_mode = 1): time, length, port and random number come from the
+ * optsw_hook map, so BPF_PROG_TEST_RUN is deterministic.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "optswitch.h"
+
+#ifndef TC_ACT_OK
+#define TC_ACT_OK 0
+#define TC_ACT_SHOT 2
+#endif
+#ifndef ETH_P_IP
+#define ETH_P_IP 0x0800
+#endif
+
+const volatile __u32 tb_node_id = 0;
+const volatile __u8 tb_test_mode = 0;
+const volatile __u8 tb_is_switch = 1; /* 0 on hosts: ingress only monitors */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, OPTSW_MAX_NODES);
+	__type(key, __u32);
+	__type(value, struct optsw_cfg_node);
+} optsw_cfg SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, OPTSW_MAX_NODES);
+	__type(key, __u32);
+	__type(value, struct optsw_node_state);
+} optsw_state SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, OPTSW_MAX_NODES * OPTSW_MAX_PORTS);
+	__type(key, struct optsw_ifport_key);
+	__type(value, __u32);
+} optsw_ifport SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, OPTSW_ROUTES_MAX);
+	__type(key, struct optsw_route_key);
+	__type(value, struct optsw_route);
+} optsw_routes SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct optsw_hook);
+} optsw_hook SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct optsw_monitor);
+} optsw_monitor SEC(".maps");
+
+static __always_inline struct optsw_hook *hook(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&optsw_hook, &zero);
+}
+
+#define NO_PORT 0xffffffffU
+
+/* Port id of the device the packet is on, or NO_PORT. */
+static __always_inline __u32 port_of(struct __sk_buff *skb, struct optsw_hook *h)
+{
+	struct optsw_ifport_key k = { .node = tb_node_id, .ifindex = skb->ifindex };
+	__u32 *p;
+
+	if (tb_test_mode)
+		return h ? h->port : NO_PORT;
+	p = bpf_map_lookup_elem(&optsw_ifport, &k);
+	return p ? *p : NO_PORT;
+}
+
+/* Counters of port p of st, or NULL (bounds made visible to the verifier). */
+static __always_inline struct optsw_port_state *port_state(struct optsw_node_state *st, __u32 p)
+{
+	if (!st || p >= OPTSW_MAX_PORTS)
+		return NULL;
+	barrier_var(p);
+	p &= OPTSW_MAX_PORTS - 1;
+	return &st->port[p];
+}
+
+/* Log-linear bucket of a lateness in ns: exact below 8, then 8 per power of two. */
+static __always_inline __u32 late_bucket(__u64 v)
+{
+	__u32 e = 0;
+	__u64 x = v;
+	__u32 idx;
+
+	if (v < 8)
+		return (__u32)v;
+	if (x >> 32) { e += 32; x >>= 32; }
+	if (x >> 16) { e += 16; x >>= 16; }
+	if (x >> 8) { e += 8; x >>= 8; }
+	if (x >> 4) { e += 4; x >>= 4; }
+	if (x >> 2) { e += 2; x >>= 2; }
+	if (x >> 1) { e += 1; }
+	/* e = floor(log2 v) >= 3 */
+	idx = (e - 2) * 8 + (__u32)((v >> (e - 3)) & 7);
+	return idx; /* <= 495 */
+}
+
+static __always_inline void monitor(__u64 now, __u64 stamp)
+{
+	struct optsw_monitor *m;
+	__u32 zero = 0, b;
+	__u64 late = 0;
+
+	m = bpf_map_lookup_elem(&optsw_monitor, &zero);
+	if (!m)
+		return;
+	if (now >= stamp)
+		late = now - stamp;
+	else
+		__sync_fetch_and_add(&m->early, 1);
+	b = late_bucket(late) & (OPTSW_LATE_BUCKETS - 1);
+	__sync_fetch_and_add(&m->bucket[b], 1);
+	__sync_fetch_and_add(&m->count, 1);
+	__sync_fetch_and_add(&m->sum_ns, late);
+	if (late > m->max_ns)
+		m->max_ns = late; /* racy maximum: at worst a concurrent larger value is lost */
+}
+
+/* The packet's stamped (intended) time, 0 if it carries no monotonic delivery time. */
+static __always_inline __u64 stamped_time(struct __sk_buff *skb)
+{
+	if (skb->tstamp_type == OPTSW_TSTAMP_MONO)
+		return skb->tstamp;
+	return 0;
+}
+
+SEC("tc")
+int optsw_ingress(struct __sk_buff *skb)
+{
+	struct optsw_hook *h = tb_test_mode ? hook() : NULL;
+	__u64 stamp = tb_test_mode ? 0 : stamped_time(skb);
+	__u64 now = tb_test_mode ? (h ? h->now_ns : 0) : bpf_ktime_get_ns();
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct optsw_route_key rk = { .node = tb_node_id };
+	struct optsw_node_state *st;
+	struct optsw_cfg_node *cfg;
+	struct optsw_route *r;
+	struct ethhdr *eth = data;
+	struct iphdr *ip;
+	struct optsw_port_state *in;
+	__u32 node = tb_node_id, idx, out;
+
+	if (stamp && !tb_test_mode)
+		monitor(now, stamp);
+	st = bpf_map_lookup_elem(&optsw_state, &node);
+	in = port_state(st, port_of(skb, h));
+	if (in) {
+		__sync_fetch_and_add(&in->rx, 1);
+		in->last_rx_real_ns = now;
+		in->last_rx_stamp_ns = stamp;
+	}
+	if (!tb_is_switch)
+		return TC_ACT_OK;
+
+	if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP))
+		return TC_ACT_SHOT; /* the optical fabric carries IPv4 only (no ARP, no IPv6) */
+	ip = (void *)(eth + 1);
+	if ((void *)(ip + 1) > data_end)
+		return TC_ACT_SHOT;
+	rk.dst = ip->daddr;
+	r = bpf_map_lookup_elem(&optsw_routes, &rk);
+	cfg = bpf_map_lookup_elem(&optsw_cfg, &node);
+	if (!r || !cfg || r->n == 0) {
+		if (in)
+			__sync_fetch_and_add(&in->nocfg, 1);
+		return TC_ACT_SHOT;
+	}
+	if (r->flags & OPTSW_ROUTE_FLOW_HASH)
+		idx = bpf_get_hash_recalc(skb);
+	else
+		idx = tb_test_mode ? (h ? h->rand : 0) : bpf_get_prandom_u32();
+	idx = r->n ? idx % r->n : 0;
+	if (idx >= OPTSW_MAX_ECMP)
+		return TC_ACT_SHOT;
+	out = r->port[idx];
+	if (out >= OPTSW_MAX_PORTS)
+		return TC_ACT_SHOT;
+	barrier_var(out);
+	out &= OPTSW_MAX_PORTS - 1;
+	skb->cb[0] = out;
+	/* Carry the arrival time to the egress program as a monotonic delivery time. */
+	if (!stamp) {
+		stamp = now;
+		if (!tb_test_mode)
+			bpf_skb_set_tstamp(skb, stamp, OPTSW_TSTAMP_MONO);
+	}
+	return bpf_redirect(cfg->port[out].ifindex, 0);
+}
+
+static __always_inline __u64 max64(__u64 a, __u64 b)
+{
+	return a > b ? a : b;
+}
+
+/*
+ * Occupancy bookkeeping of a buffered packet (called under the node lock): the buffer
+ * holds it from its arrival a until its departure dep. Slots are used round-robin (a
+ * slot whose packet left, dep <= a, is free); if the next slot still holds a waiting
+ * packet (more than OPTSW_OCC_SLOTS packets admitted while it waits), the new packet
+ * is merged into it: its bytes then count until the later departure (an upper bound),
+ * and occ_overflow counts the event. Updates the node and port maxima.
+ */
+static __always_inline void occupy(struct optsw_node_state *st, __u32 port, __u64 a,
+				   __u64 dep, __u32 len)
+{
+	__u64 total = len, mine = len;
+	__u32 next = st->occ_next & (OPTSW_OCC_SLOTS - 1);
+	struct optsw_occ_slot *n = &st->occ[next];
+
+	for (__u32 i = 0; i < OPTSW_OCC_SLOTS; i++) {
+		struct optsw_occ_slot *s = &st->occ[i];
+
+		if (s->dep_ns > a) {
+			total += s->bytes;
+			if (s->port == port)
+				mine += s->bytes;
+		}
+	}
+	if (n->dep_ns > a) {
+		n->bytes += len;
+		n->dep_ns = max64(n->dep_ns, dep);
+		st->occ_overflow++;
+	} else {
+		n->dep_ns = dep;
+		n->bytes = len;
+		n->port = port;
+	}
+	st->occ_next = next + 1;
+	if (total > st->max_occ_bytes)
+		st->max_occ_bytes = total;
+	if (port < OPTSW_MAX_PORTS && mine > st->port[port].max_occ_bytes)
+		st->port[port].max_occ_bytes = mine;
+}
+
+SEC("tc")
+int optsw_egress(struct __sk_buff *skb)
+{
+	struct optsw_hook *h = tb_test_mode ? hook() : NULL;
+	__u32 node = tb_node_id;
+	struct optsw_node_state *st;
+	struct optsw_cfg_node *cfg;
+	struct optsw_cfg_port *pc;
+	struct optsw_port_state *ps;
+	__u64 a, tau, dep = 0, stamp, now, bmin;
+	__u32 len, model, n_e, decision, bi, bo, port;
+
+	now = tb_test_mode ? (h ? h->now_ns : 0) : bpf_ktime_get_ns();
+	len = (tb_test_mode && h && h->len) ? h->len : skb->len;
+	port = port_of(skb, h);
+	cfg = bpf_map_lookup_elem(&optsw_cfg, &node);
+	st = bpf_map_lookup_elem(&optsw_state, &node);
+	ps = port_state(st, port);
+	if (!cfg || !ps || port >= cfg->n_ports) {
+		skb->cb[0] = OPTSW_NOCFG;
+		if (ps)
+			__sync_fetch_and_add(&ps->nocfg, 1);
+		return tb_is_switch ? TC_ACT_SHOT : TC_ACT_OK;
+	}
+	if (skb->protocol != bpf_htons(ETH_P_IP) && !tb_test_mode) {
+		/* Not part of the model (IPv6 ND, ...): keep it off the optical fabric. */
+		__sync_fetch_and_add(&ps->nocfg, 1);
+		return TC_ACT_SHOT;
+	}
+	barrier_var(port);
+	port &= OPTSW_MAX_PORTS - 1;
+	pc = &cfg->port[port];
+	model = cfg->model;
+	n_e = cfg->n_e;
+	tau = (__u64)len * pc->ps_per_byte / 1000;
+	stamp = tb_test_mode ? 0 : stamped_time(skb);
+	if (model == OPTSW_MODEL_NIC)
+		a = max64(now, stamp); /* the host's own packet: now, or later if TCP paces */
+	else
+		a = stamp ? stamp : now; /* intended arrival at this switch */
+
+	bpf_spin_lock(&st->lock);
+	if (model == OPTSW_MODEL_NIC) {
+		dep = max64(a, ps->out_free_ns);
+		decision = OPTSW_CUT;
+	} else if (model == OPTSW_MODEL_ELECTRONIC) {
+		/* Store-and-forward: received whole (tau), then FIFO on the output. */
+		dep = max64(a + tau, ps->out_free_ns);
+		decision = OPTSW_BUFFER;
+	} else if (ps->out_free_ns <= a) {
+		dep = a;
+		decision = OPTSW_CUT;
+	} else {
+		decision = OPTSW_DROP;
+		if (model == OPTSW_MODEL_HYBRID) {
+			/* The choices go through the map value (sel_*) rather than registers
+			 * so that the verifier does not track one state per choice. */
+			volatile __u32 *sel_bi = &st->sel_bi, *sel_bo = &st->sel_bo;
+
+			*sel_bi = OPTSW_MAX_NE;
+			*sel_bo = 0;
+			bmin = ~0ULL;
+			for (__u32 i = 0; i < OPTSW_MAX_NE; i++) {
+				if (i >= n_e)
+					break;
+				if (*sel_bi == OPTSW_MAX_NE && st->bin_free_ns[i] <= a)
+					*sel_bi = i;
+				if (st->bout_free_ns[i] < bmin) {
+					bmin = st->bout_free_ns[i];
+					*sel_bo = i;
+				}
+			}
+			bi = *sel_bi;
+			bo = *sel_bo;
+			if (bi < OPTSW_MAX_NE && bo < OPTSW_MAX_NE) {
+				/* OE on buffer input bi for tau; leaves first in this output's FIFO
+				 * when the output and the earliest-free buffer output bo are free. */
+				st->bin_free_ns[bi & (OPTSW_MAX_NE - 1)] = a + tau;
+				dep = max64(max64(a + tau, ps->out_free_ns), bmin);
+				st->bout_free_ns[bo & (OPTSW_MAX_NE - 1)] = dep + tau;
+				decision = OPTSW_BUFFER;
+			}
+		}
+	}
+	if (decision == OPTSW_DROP) {
+		ps->dropped++;
+	} else {
+		ps->out_free_ns = dep + tau;
+		ps->last_dep_ns = dep;
+		ps->bytes += len;
+		ps->busy_ns += tau;
+		if (decision == OPTSW_CUT) {
+			ps->cut++;
+		} else {
+			ps->buffered++;
+			occupy(st, port, a, dep, len);
+		}
+	}
+	bpf_spin_unlock(&st->lock);
+
+	skb->cb[0] = decision;
+	if (decision == OPTSW_DROP)
+		return TC_ACT_SHOT;
+	/* Stamp the intended arrival at the next node: the head after the propagation
+	 * delay (a switch may cut through), or the tail if the peer is an end host. */
+	stamp = dep + pc->prop_ns + ((pc->flags & OPTSW_PORT_PEER_HOST) ? tau : 0);
+	if (tb_test_mode)
+		skb->tstamp = stamp;
+	else
+		bpf_skb_set_tstamp(skb, stamp, OPTSW_TSTAMP_MONO);
+	return TC_ACT_OK;
+}
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";

@@ -1,0 +1,143 @@
+/* SPDX-License-Identifier: (MIT OR GPL-2.0) */
+/*
+ * optswitch: the optical switch port model (electronic / all-optical / hybrid) and the
+ * host NIC serialiser, shared between the BPF program (optswitch.bpf.c, which includes
+ * vmlinux.h first), the loader (tbload.c) and Python (testbed/optical/layout.py mirrors
+ * every struct with the `struct` module: keep both in step, no implicit padding).
+ *
+ * Model: Minakhmetov, Ware, Iannone, "Hybrid and all-optical packet switching in a
+ * datacenter network with TCP" (sections II and IV); docs/optical-switch.md.
+ *
+ * All times are CLOCK_MONOTONIC nanoseconds of the emulation (already dilated).
+ * Every map is keyed by the node id of the run (a dense index 0..OPTSW_MAX_NODES-1
+ * given by the testbed, never an ifindex) and, inside a node, by the port id.
+ */
+#ifndef OTT_OPTSWITCH_H
+#define OTT_OPTSWITCH_H
+
+#ifndef __VMLINUX_H__
+#include <linux/types.h>
+#endif
+
+#define OPTSW_MAX_NODES   512  /* nodes (switches and hosts) of one run */
+#define OPTSW_MAX_PORTS   32   /* ports (azimuths n_a) of one node */
+#define OPTSW_MAX_NE      32   /* buffer input / output ports n_e of one switch */
+#define OPTSW_MAX_ECMP    16   /* equal-cost next hops of one route */
+#define OPTSW_OCC_SLOTS   256  /* buffered packets tracked for the occupancy maximum */
+/* fidelity-monitor histogram buckets (log-linear; the largest index, for 2^64 ns, is 495).
+ * A power of two so the index is bounded with a mask: the 6.1 verifier loses a
+ * compare-and-clamp bound when clang compares a zero-extended copy of the index. */
+#define OPTSW_LATE_BUCKETS 512
+#define OPTSW_ROUTES_MAX  65536
+
+/* cfg_node.model */
+#define OPTSW_MODEL_NIC        0 /* host NIC: serialise at the link rate, FIFO */
+#define OPTSW_MODEL_ELECTRONIC 1 /* store-and-forward, FIFO per output, never drops */
+#define OPTSW_MODEL_ALLOPTICAL 2 /* n_e = 0: cut-through or drop */
+#define OPTSW_MODEL_HYBRID     3 /* cut-through, else buffer via a free buffer input, else drop */
+
+/* Decision codes (written to skb->cb[0] by the egress program, used in counters). */
+#define OPTSW_CUT     0 /* left at once on a free output (cut-through; NIC: sent) */
+#define OPTSW_BUFFER  1 /* went through the electronic buffer (one OEO conversion) */
+#define OPTSW_DROP    2 /* dropped */
+#define OPTSW_NOCFG   3 /* no configuration for this node/port: passed unmodelled */
+
+/* cfg_port.flags */
+#define OPTSW_PORT_PEER_HOST 1 /* the peer is an end host: it receives the packet when its
+				* tail arrives, so the stamp is dep + tau + propagation */
+
+/* cfg_route.flags */
+#define OPTSW_ROUTE_FLOW_HASH 1 /* per-flow hashing (skb hash) instead of per-packet random */
+
+/* Time delivery type of bpf_skb_set_tstamp / __sk_buff.tstamp_type (uapi value 1 is
+ * BPF_SKB_TSTAMP_DELIVERY_MONO on 6.1 and BPF_SKB_CLOCK_MONOTONIC on 6.11+). */
+#define OPTSW_TSTAMP_MONO 1
+
+struct optsw_cfg_port {
+	__u64 ps_per_byte; /* serialisation: tau(len) = len * ps_per_byte / 1000 ns */
+	__u64 prop_ns;     /* propagation delay of the link behind this port */
+	__u32 ifindex;     /* ifindex of the port's device in the node's namespace */
+	__u32 flags;       /* OPTSW_PORT_* */
+};
+
+struct optsw_cfg_node {
+	__u32 model;    /* OPTSW_MODEL_* */
+	__u32 n_e;      /* buffer input = buffer output ports (hybrid), 0..OPTSW_MAX_NE */
+	__u32 n_ports;  /* ports in use, 1..OPTSW_MAX_PORTS */
+	__u32 pad;
+	struct optsw_cfg_port port[OPTSW_MAX_PORTS];
+};
+
+struct optsw_ifport_key {
+	__u32 node;
+	__u32 ifindex;
+};
+
+struct optsw_route_key {
+	__u32 node;
+	__u32 dst;      /* IPv4 destination address, network byte order */
+};
+
+struct optsw_route {
+	__u32 n;        /* equal-cost output ports in port[], 1..OPTSW_MAX_ECMP */
+	__u32 flags;    /* OPTSW_ROUTE_* */
+	__u16 port[OPTSW_MAX_ECMP];
+};
+
+/* Per-port counters and state (inside the node's state value). */
+struct optsw_port_state {
+	__u64 out_free_ns;   /* the output is reserved until then (last departure + tau) */
+	__u64 cut;           /* packets cut through (NIC: packets sent) */
+	__u64 buffered;      /* packets buffered = OEO conversions */
+	__u64 dropped;       /* packets dropped */
+	__u64 bytes;         /* bytes sent (cut-through + buffered) */
+	__u64 busy_ns;       /* sum of tau of the packets sent on this output */
+	__u64 max_occ_bytes; /* maximum bytes waiting in this output's FIFO */
+	__u64 last_dep_ns;   /* departure time (head leaves) of the latest packet sent */
+	__u64 last_rx_real_ns;  /* ingress: bpf_ktime_get_ns() of the latest received packet */
+	__u64 last_rx_stamp_ns; /* ingress: its stamped (intended) arrival time, 0 if none */
+	__u64 rx;            /* ingress: packets received on this port */
+	__u64 nocfg;         /* packets that found no configuration (passed or dropped) */
+};
+
+/* One buffered packet for the occupancy maximum: occupies the buffer until dep_ns. */
+struct optsw_occ_slot {
+	__u64 dep_ns;
+	__u32 bytes;
+	__u16 port;
+	__u16 pad;
+};
+
+struct optsw_node_state {
+	struct bpf_spin_lock lock;
+	__u32 occ_next;        /* next occupancy slot (round-robin) */
+	__u64 max_occ_bytes;   /* maximum bytes in the node's buffer */
+	__u64 occ_overflow;    /* admissions that found their occupancy slot in use */
+	__u32 sel_bi;          /* scratch: chosen buffer input */
+	__u32 sel_bo;          /* scratch: chosen buffer output */
+	__u64 bin_free_ns[OPTSW_MAX_NE];  /* buffer inputs busy (OE) until */
+	__u64 bout_free_ns[OPTSW_MAX_NE]; /* buffer outputs busy (EO) until */
+	struct optsw_port_state port[OPTSW_MAX_PORTS];
+	struct optsw_occ_slot occ[OPTSW_OCC_SLOTS];
+};
+
+/* Test hook (BPF_PROG_TEST_RUN only, when rodata tb_test_mode = 1). */
+struct optsw_hook {
+	__u64 now_ns;  /* the time the packet reaches the program (arrival at the switch) */
+	__u32 len;     /* wire length in bytes used by the model (0: skb->len) */
+	__u32 port;    /* egress: the output port; ingress: the input port */
+	__u32 rand;    /* the "random" number of the per-packet ECMP choice */
+	__u32 pad;
+};
+
+/* Fidelity monitor: lateness = (time a packet is seen at the next node's ingress) -
+ * (its stamped time); log-linear buckets, 8 per power of two (see optsw_late_bucket). */
+struct optsw_monitor {
+	__u64 count;
+	__u64 early;      /* seen before the stamped time (counted in bucket 0) */
+	__u64 max_ns;
+	__u64 sum_ns;
+	__u64 bucket[OPTSW_LATE_BUCKETS];
+};
+
+#endif /* OTT_OPTSWITCH_H */

@@ -1,0 +1,68 @@
+"""Optical switch benchmarks: ns per packet of the optswitch ingress and egress programs
+(JIT, native, BPF_PROG_TEST_RUN repeat) and the fidelity monitor's p99 lateness at the
+default D in the full-kernel guest.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+
+from testbed.benchmarks import REPO, Measurement
+
+#: D of the guest lateness benchmark (the guest tests' D: tau of 1514 B = 4.8 ms)
+DEFAULT_TDF = 4000.0
+
+
+def _prog_ns(prog: str, model: str, repeat: int = 100000, runs: int = 5) -> list[float]:
+    """Mean ns per run of ``prog`` over ``repeat`` runs of one 1514 B frame.
+
+    Test mode with the hook left at zero (time 0, output port 0, length skb->len): the
+    egress repeats the same arrival, so a ``hybrid`` port mostly takes the drop path
+    (lock, buffer-port scan) and an ``electronic`` one always the buffer path with the
+    full occupancy scan (the worst case).
+    """
+    from testbed import bpf
+    from testbed.optical import fabric, layout
+
+    pin = bpf.PIN_ROOT / f"bench-optsw-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    try:
+        bpf.optswitch_load(pin)
+        ports = [layout.PortConfig(layout.ps_per_byte(10e9)) for _ in range(4)]
+        fabric.configure_node(pin, 0, model, 2 if model == "hybrid" else 0, ports)
+        fabric.set_routes(pin, {(0, "10.0.0.2"): [0, 1, 2, 3]})
+        out = []
+        for _ in range(runs):
+            args = ["test-run", "--obj", str(bpf.object_path("optswitch")), "--prog", prog,
+                    "--pin-dir", str(pin), "--packet", "1514", "--repeat", str(repeat),
+                    "--set", "tb_node_id=0", "--set", "tb_is_switch=1", "--set", "tb_test_mode=1"]
+            out.append(float(bpf._json_line(args, bpf._run_loader(args))["duration_ns"]))
+        return out
+    finally:
+        bpf.remove_pin_dir(pin)
+
+
+def _guest_lateness() -> list[float]:
+    """p99 lateness (us) of the fidelity monitor in the guest at D = DEFAULT_TDF."""
+    p = subprocess.run([sys.executable, "-m", "testbed", "guest", "--", "env", "TESTBED_REQUIRE_FEATURES=1",
+                        sys.executable, "-m", "pytest", "-q", "-s", "-k", "lateness",
+                        "tests/guest/test_optical_switch.py"],
+                       cwd=REPO, capture_output=True, text=True, timeout=900)
+    return [float(ln.split()[-1]) for ln in p.stdout.splitlines() if ln.startswith("OPTSW_P99_US ")]
+
+
+def run() -> list[Measurement]:
+    out = []
+    if os.geteuid() == 0:
+        out.append(Measurement("optswitch ingress (JIT, native, per packet)",
+                               _prog_ns("optsw_ingress", "hybrid"), "ns"))
+        out.append(Measurement("optswitch egress hybrid, drop path (JIT, native)",
+                               _prog_ns("optsw_egress", "hybrid"), "ns"))
+        out.append(Measurement("optswitch egress electronic, buffer path (JIT, native)",
+                               _prog_ns("optsw_egress", "electronic"), "ns"))
+    lat = _guest_lateness()
+    if lat:
+        out.append(Measurement(f"optswitch p99 lateness in the guest (D={DEFAULT_TDF:g})", lat, "us"))
+    return out

@@ -1,0 +1,56 @@
+"""Configure and read the optswitch BPF maps of one run (through ``testbed.bpf``).
+
+Used by the optical switch node class (testbed/net.py), by the BPF tests (single
+switch, injected time) and by the runner (counters and fidelity monitor at the end of
+a point).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from testbed import bpf
+from testbed.optical import layout
+from testbed.optical.layout import PortConfig
+
+
+def configure_node(pin_dir: Path, node_id: int, model: str, n_e: int, ports: list[PortConfig],
+                   *, ifindex_of_port: dict[int, int] | None = None) -> None:
+    """Write the configuration of node ``node_id`` and its (ifindex -> port) entries,
+    and reset its state (all ports free, counters zero)."""
+    bpf.map_update(pin_dir, "optsw_cfg", [(layout.u32_key(node_id), layout.node_cfg(model, n_e, ports))])
+    bpf.map_update(pin_dir, "optsw_state", [(layout.u32_key(node_id), bytes(STATE_SIZE))])
+    if ifindex_of_port:
+        bpf.map_update(pin_dir, "optsw_ifport",
+                       [(layout.ifport_key(node_id, ifx), layout.u32_key(port))
+                        for port, ifx in sorted(ifindex_of_port.items())])
+
+
+#: bytes of one optsw_state value (see ebpf/optswitch.h)
+STATE_SIZE = 32 + 16 * layout.MAX_NE + 96 * layout.MAX_PORTS + 16 * layout.OCC_SLOTS
+
+
+def set_routes(pin_dir: Path, routes: dict[tuple[int, str], list[int]], *, flow_hash: bool = False) -> None:
+    """Write routes {(node id, destination IPv4): [equal-cost output ports]}."""
+    bpf.map_update(pin_dir, "optsw_routes",
+                   [(layout.route_key(n, dst), layout.route_value(ports, flow_hash))
+                    for (n, dst), ports in sorted(routes.items())])
+
+
+def read_states(pin_dir: Path, n_ports: dict[int, int]) -> dict[int, dict]:
+    """Counters of the nodes in ``n_ports`` ({node id: ports in use}): per node
+    ``max_occ_bytes``, ``occ_overflow`` and ``ports`` (a dict per port)."""
+    out = {}
+    for k, v in bpf.map_dump(pin_dir, "optsw_state"):
+        node = int.from_bytes(k, "little")
+        if node in n_ports:
+            out[node] = layout.parse_node_state(v, n_ports[node])
+    return out
+
+
+def read_monitor(pin_dir: Path) -> dict:
+    """The fidelity monitor's summary (packets, early, p50_ns, p99_ns, max_ns, mean_ns)."""
+    rows = bpf.map_dump(pin_dir, "optsw_monitor")
+    if not rows:
+        return layout.lateness_summary({"count": 0, "early": 0, "max_ns": 0, "sum_ns": 0, "buckets": []})
+    return layout.lateness_summary(layout.parse_monitor(rows[0][1]))

@@ -1,0 +1,152 @@
+"""Byte layout of the optswitch BPF maps (mirrors ebpf/optswitch.h; keep both in step).
+
+Every function packs or unpacks one map key or value with :mod:`struct` (native
+little-endian x86 layout, no implicit padding in the C structs).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from dataclasses import dataclass
+
+MAX_NODES = 512
+MAX_PORTS = 32
+MAX_NE = 32
+MAX_ECMP = 16
+OCC_SLOTS = 256
+LATE_BUCKETS = 512
+
+#: model names -> OPTSW_MODEL_* values
+MODELS = {"nic": 0, "electronic": 1, "all-optical": 2, "hybrid": 3}
+#: decision codes (skb->cb[0] after the egress program)
+CUT, BUFFER, DROP, NOCFG = 0, 1, 2, 3
+PORT_PEER_HOST = 1
+ROUTE_FLOW_HASH = 1
+
+_PORT_CFG = struct.Struct("<QQII")                      # 24 bytes
+_NODE_CFG_HEAD = struct.Struct("<IIII")                 # 16 bytes
+_PORT_STATE = struct.Struct("<12Q")                     # 96 bytes
+_STATE_HEAD = struct.Struct("<IIQQII")                  # lock, occ_next, max_occ, overflow, sel_bi, sel_bo
+_MONITOR_HEAD = struct.Struct("<4Q")
+
+PORT_STATE_FIELDS = ("out_free_ns", "cut", "buffered", "dropped", "bytes", "busy_ns",
+                     "max_occ_bytes", "last_dep_ns", "last_rx_real_ns", "last_rx_stamp_ns",
+                     "rx", "nocfg")
+
+
+@dataclass(frozen=True)
+class PortConfig:
+    """One port: serialisation in ps per byte, propagation in ns, device ifindex, flags."""
+
+    ps_per_byte: int
+    prop_ns: int = 0
+    ifindex: int = 0
+    peer_host: bool = False
+
+
+def ps_per_byte(rate_bps: float) -> int:
+    """Picoseconds per byte at ``rate_bps`` (emulation units), rounded to an integer.
+
+    Raises ValueError unless 0 < rate and the result is >= 1 ps/B (rate <= 8 Tbit/s).
+    """
+    if not rate_bps > 0:
+        raise ValueError(f"rate {rate_bps!r} bit/s must be > 0")
+    v = round(8e12 / rate_bps)
+    if v < 1:
+        raise ValueError(f"rate {rate_bps:g} bit/s is above 8 Tbit/s")
+    return v
+
+
+def tau_ns(length: int, ps_per_byte_: int) -> int:
+    """Packet duration in ns exactly as the BPF program computes it (floor)."""
+    return length * ps_per_byte_ // 1000
+
+
+def u32_key(i: int) -> bytes:
+    return struct.pack("<I", i)
+
+
+def node_cfg(model: str, n_e: int, ports: list[PortConfig]) -> bytes:
+    """Value of optsw_cfg for one node."""
+    if model not in MODELS:
+        raise ValueError(f"model {model!r} not in {sorted(MODELS)}")
+    if not 0 <= n_e <= MAX_NE:
+        raise ValueError(f"n_e {n_e} not in 0..{MAX_NE}")
+    if not 1 <= len(ports) <= MAX_PORTS:
+        raise ValueError(f"{len(ports)} ports; a node has 1..{MAX_PORTS}")
+    out = _NODE_CFG_HEAD.pack(MODELS[model], n_e, len(ports), 0)
+    for p in ports:
+        out += _PORT_CFG.pack(p.ps_per_byte, p.prop_ns, p.ifindex, PORT_PEER_HOST if p.peer_host else 0)
+    out += bytes(_PORT_CFG.size * (MAX_PORTS - len(ports)))
+    return out
+
+
+def ifport_key(node: int, ifindex: int) -> bytes:
+    return struct.pack("<II", node, ifindex)
+
+
+def route_key(node: int, dst: str) -> bytes:
+    return struct.pack("<I", node) + socket.inet_aton(dst)
+
+
+def route_value(ports: list[int], flow_hash: bool = False) -> bytes:
+    if not 1 <= len(ports) <= MAX_ECMP:
+        raise ValueError(f"{len(ports)} equal-cost ports; a route has 1..{MAX_ECMP}")
+    padded = list(ports) + [0] * (MAX_ECMP - len(ports))
+    return struct.pack(f"<II{MAX_ECMP}H", len(ports), ROUTE_FLOW_HASH if flow_hash else 0, *padded)
+
+
+def hook_value(now_ns: int, length: int, port: int, rand: int) -> bytes:
+    return struct.pack("<QIIII", now_ns, length, port, rand, 0)
+
+
+def parse_node_state(value: bytes, n_ports: int) -> dict:
+    """Decode an optsw_state value: node maxima and the first ``n_ports`` port records."""
+    _lock, _next, max_occ, overflow, _bi, _bo = _STATE_HEAD.unpack_from(value, 0)
+    off = _STATE_HEAD.size + 16 * MAX_NE
+    ports = []
+    for p in range(min(n_ports, MAX_PORTS)):
+        vals = _PORT_STATE.unpack_from(value, off + p * _PORT_STATE.size)
+        ports.append(dict(zip(PORT_STATE_FIELDS, vals)))
+    return {"max_occ_bytes": max_occ, "occ_overflow": overflow, "ports": ports}
+
+
+def parse_monitor(value: bytes) -> dict:
+    """Decode the optsw_monitor value: count, early, max_ns, sum_ns, bucket counts."""
+    count, early, max_ns, sum_ns = _MONITOR_HEAD.unpack_from(value, 0)
+    buckets = list(struct.unpack_from(f"<{LATE_BUCKETS}Q", value, _MONITOR_HEAD.size))
+    return {"count": count, "early": early, "max_ns": max_ns, "sum_ns": sum_ns, "buckets": buckets}
+
+
+def late_bucket(v: int) -> int:
+    """Histogram bucket of a lateness ``v`` ns (mirror of late_bucket in the BPF code)."""
+    if v < 8:
+        return v
+    e = v.bit_length() - 1
+    return min((e - 2) * 8 + ((v >> (e - 3)) & 7), LATE_BUCKETS - 1)
+
+
+def bucket_upper_ns(idx: int) -> int:
+    """Largest lateness (ns) that falls into bucket ``idx``."""
+    if idx < 8:
+        return idx
+    e, sub = idx // 8 + 2, idx % 8
+    return ((8 + sub + 1) << (e - 3)) - 1
+
+
+def lateness_summary(mon: dict) -> dict:
+    """p50 / p99 (bucket upper bounds, ns), max and mean lateness of a monitor record."""
+    n = mon["count"]
+    out = {"packets": n, "early": mon["early"], "max_ns": mon["max_ns"],
+           "mean_ns": mon["sum_ns"] / n if n else 0.0, "p50_ns": 0, "p99_ns": 0}
+    if not n:
+        return out
+    for q, key in ((0.5, "p50_ns"), (0.99, "p99_ns")):
+        target, acc = q * n, 0
+        for i, c in enumerate(mon["buckets"]):
+            acc += c
+            if acc >= target:
+                out[key] = min(bucket_upper_ns(i), mon["max_ns"])
+                break
+    return out

@@ -1,0 +1,80 @@
+"""The Python reference of the optical port model and the route helpers (no root)."""
+
+from __future__ import annotations
+
+import pytest
+
+from testbed.optical import layout
+from testbed.optical.layout import BUFFER, CUT, DROP, PortConfig
+from testbed.optical.model import SwitchModel, erlang_b1
+from testbed.optical.routes import chi_square_uniform, next_hops
+
+PS = layout.ps_per_byte(10e9)
+TAU = layout.tau_ns(9064, PS)
+
+
+def _sw(model: str, n_e: int = 0, n: int = 2) -> SwitchModel:
+    return SwitchModel(model, n_e, [PortConfig(PS) for _ in range(n)])
+
+
+def test_tau_of_jumbo_frame_at_10g():
+    assert PS == 800 and TAU == 7251
+
+
+def test_all_optical_cuts_through_or_drops():
+    sw = _sw("all-optical")
+    assert [sw.offer(t, 9064, 0).kind for t in (0, 100, TAU, TAU + 1)] == [CUT, DROP, CUT, DROP]
+    assert sw.offer(0, 9064, 1).kind == CUT  # another output is independent
+
+
+def test_hybrid_buffers_then_drops_when_no_buffer_input():
+    sw = _sw("hybrid", 1)
+    d = [sw.offer(t, 9064, 0) for t in (0, 10, 20)]
+    assert [x.kind for x in d] == [CUT, BUFFER, DROP]
+    assert d[1].dep_ns == 10 + TAU  # OE done, output free at TAU
+    assert sw.state[0].max_occ_bytes == 9064
+
+
+def test_electronic_store_and_forward_fifo_never_drops():
+    sw = _sw("electronic")
+    d = [sw.offer(t, 9064, 0) for t in (0, 10, 20)]
+    assert [x.kind for x in d] == [BUFFER] * 3
+    assert [x.dep_ns for x in d] == [TAU, 2 * TAU, 3 * TAU]
+
+
+def test_peer_host_stamp_includes_tail():
+    p = PortConfig(PS, prop_ns=50, peer_host=True)
+    d = SwitchModel("all-optical", 0, [p]).offer(1000, 9064, 0)
+    assert d.stamp(p) == 1000 + 50 + TAU
+
+
+def test_invalid_parameters_are_rejected():
+    with pytest.raises(ValueError, match="model"):
+        _sw("optical")
+    with pytest.raises(ValueError, match="n_e"):
+        _sw("hybrid", 33)
+    with pytest.raises(ValueError):
+        layout.ps_per_byte(0)
+
+
+def test_erlang_and_chi_square():
+    assert erlang_b1(1.0) == 0.5
+    assert chi_square_uniform([25, 25, 25, 25]) == 0.0
+    assert chi_square_uniform([40, 20, 20, 20]) == pytest.approx(12.0)
+
+
+def test_next_hops_equal_cost_and_hosts_do_not_relay():
+    # h1 - s1 = {m1, m2} = s2 - h2, plus h3 on s1
+    adj = {"h1": [(0, "s1")], "h2": [(0, "s2")], "h3": [(0, "s1")],
+           "s1": [(0, "h1"), (1, "m1"), (2, "m2"), (3, "h3")],
+           "m1": [(0, "s1"), (1, "s2")], "m2": [(0, "s1"), (1, "s2")], "s2": [(0, "m1"), (1, "m2"), (2, "h2")]}
+    hops = next_hops(adj, "h2", transit={"s1", "s2", "m1", "m2"})
+    assert hops["s1"] == [1, 2] and hops["m1"] == [1] and hops["s2"] == [2] and hops["h1"] == [0]
+    assert next_hops(adj, "h1", transit={"s1", "s2", "m1", "m2"})["s1"] == [0]
+
+
+def test_latency_buckets_round_trip():
+    for v in (0, 7, 8, 100, 12345, 10**9):
+        b = layout.late_bucket(v)
+        assert layout.bucket_upper_ns(b) >= v
+        assert b == 0 or layout.bucket_upper_ns(b - 1) < v
