@@ -27,6 +27,14 @@ commands and examples:
              testbed clean
   guest    run any command inside the full-kernel guest (virtme-ng, distro kernel)
              testbed guest -- uname -r
+  cc       congestion-control modules (SAW, SAWL, mSACK from kernel/, kernel reno/cubic/bbr)
+             testbed cc list
+             testbed cc load sawl --param p=4 --param tau_ns=1200000
+             testbed cc set-default saw --netns ot1a2b-h1
+             testbed cc unload saw
+  trace    live cwnd / ssthresh / srtt / RTO / in-flight of TCP sockets (bcc, tcp:tcp_probe)
+             testbed trace cwnd --port 5201
+             testbed trace cwnd --host ot1a2b-h1 --csv results/trace.csv
 
 environment: TESTBED_GUEST_CPUS, TESTBED_GUEST_MEMORY (e.g. 3G), TESTBED_GUEST_KVM
 (auto|on|off), TESTBED_GUEST_KERNEL, TESTBED_STATE_DIR (ledgers; /var/lib/optical-tcp-testbed).
@@ -94,6 +102,43 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--rwdir", action="append", default=[], type=Path,
                    help="another host folder to share read-write")
     g.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND")
+
+    cc = sub.add_parser("cc", help="list, load, unload, set-default congestion-control modules",
+                        formatter_class=argparse.RawDescriptionHelpFormatter,
+                        description="Congestion-control modules. Our modules (saw, sawl, msack) are "
+                        "built by `make -C kernel` for the guest kernel; load them there.",
+                        epilog="examples:\n  testbed cc list\n  testbed cc load saw\n"
+                        "  testbed cc load sawl --param p=4 --param tau_ns=1200000\n"
+                        "  testbed cc set-default msack --netns ot1a2b-h1\n  testbed cc unload saw\n"
+                        "unload refuses (exit 1) while sockets or a namespace default use the module.")
+    ccs = cc.add_subparsers(dest="cc_command", metavar="ACTION", required=True)
+    ccs.add_parser("list", help="algorithms, modules, reference counts, parameters")
+    ld = ccs.add_parser("load", help="load a module (parameters are bounds-checked)")
+    ld.add_argument("name", metavar="NAME")
+    ld.add_argument("--param", action="append", default=[], metavar="KEY=INT",
+                    help="module parameter, e.g. p=4 (see `testbed cc list`)")
+    ul = ccs.add_parser("unload", help="unload a module; refused while in use")
+    ul.add_argument("name", metavar="NAME")
+    sd = ccs.add_parser("set-default", help="default algorithm for NEW connections")
+    sd.add_argument("name", metavar="NAME")
+    sd.add_argument("--netns", help="network namespace (default: this one)")
+
+    tr = sub.add_parser("trace", help="live TCP state (cwnd, ssthresh, srtt, RTO, in flight)",
+                        formatter_class=argparse.RawDescriptionHelpFormatter,
+                        description="Stream the state of matching TCP sockets from the tcp:tcp_probe "
+                        "tracepoint (and retransmissions / RTO expiries) with bcc. Needs root and the "
+                        "running kernel's headers: use it in the guest.",
+                        epilog="examples:\n  testbed trace cwnd --port 5201\n"
+                        "  testbed trace cwnd --host ot1a2b-h1 --csv /tmp/cwnd.csv --duration 10\n"
+                        "  testbed guest -- testbed trace cwnd --out results/traces --duration 5")
+    trs = tr.add_subparsers(dest="trace_command", metavar="WHAT", required=True)
+    cw = trs.add_parser("cwnd", help="cwnd, ssthresh, srtt, RTO, packets in flight")
+    cw.add_argument("--host", metavar="NETNS", help="only sockets of this network namespace")
+    cw.add_argument("--port", type=int, default=0, metavar="P", help="only sockets with local or remote port P")
+    out = cw.add_mutually_exclusive_group()
+    out.add_argument("--csv", type=Path, metavar="FILE", help="also write the samples to FILE")
+    out.add_argument("--out", type=Path, metavar="DIR", help="also write DIR/cwnd-<time>.csv")
+    cw.add_argument("--duration", type=float, metavar="S", help="stop after S seconds (default: Ctrl-C)")
     return p
 
 
@@ -108,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             build_parser().print_help()
             return 2
-        if args.command in ("run", "clean", "guest", "doctor") and os.geteuid() != 0:
+        if args.command in ("run", "clean", "guest", "doctor", "trace") and os.geteuid() != 0:
             raise UsageError(f"`testbed {args.command}` needs root (namespaces, qdiscs, BPF, qemu)")
         return COMMANDS[args.command](args, argv)
     except TestbedError as exc:
@@ -199,5 +244,50 @@ def cmd_doctor(args: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
+def cmd_cc(args: argparse.Namespace, argv: list[str]) -> int:
+    from testbed.cc import modules
+
+    if args.cc_command == "list":
+        print(f"{'name':<8} {'module':<11} {'registered':<10} {'refs':>4}  default  parameters")
+        for st in modules.status():
+            params = " ".join(f"{k}={v}" for k, v in st.params.items())
+            print(f"{st.name:<8} {st.module or '(built in)':<11} {'yes' if st.registered else 'no':<10} "
+                  f"{'' if st.refcount is None else st.refcount:>4}  {'*' if st.default else ' ':<7}  {params}")
+        return 0
+    if os.geteuid() != 0:
+        raise UsageError(f"`testbed cc {args.cc_command}` needs root")
+    if args.cc_command == "load":
+        params = {}
+        for item in args.param:
+            key, sep, value = item.partition("=")
+            try:
+                params[key] = int(value)
+            except ValueError:
+                raise UsageError(f"--param {item}: expected KEY=INTEGER") from None
+            if not sep:
+                raise UsageError(f"--param {item}: expected KEY=INTEGER")
+        loaded = modules.load(args.name, params)
+        print(f"{args.name}: {'loaded' if loaded else 'already loaded'}")
+    elif args.cc_command == "unload":
+        modules.unload(args.name)
+        print(f"{args.name}: unloaded")
+    elif args.cc_command == "set-default":
+        prev = modules.set_default(args.name, args.netns)
+        print(f"default for new connections{' in ' + args.netns if args.netns else ''}: {prev} -> {args.name}"
+              " (existing connections keep theirs)")
+    return 0
+
+
+def cmd_trace(args: argparse.Namespace, argv: list[str]) -> int:
+    import time
+
+    from testbed.cc import trace
+
+    path = args.csv
+    if args.out:
+        path = args.out / time.strftime("cwnd-%Y%m%d-%H%M%S.csv")
+    return trace.stream(args.host, args.port, sys.stdout, path, args.duration)
+
+
 COMMANDS = {"run": cmd_run, "clean": cmd_clean, "report": cmd_report, "guest": cmd_guest,
-            "list": cmd_list, "doctor": cmd_doctor}
+            "list": cmd_list, "doctor": cmd_doctor, "cc": cmd_cc, "trace": cmd_trace}

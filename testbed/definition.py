@@ -18,6 +18,10 @@ key, the value and what is accepted, before anything is created.
     reps = 3
     seed = 1
     tdf = 1
+    [cca]                   # optional: congestion-control profile of every host
+    profile = "sack"
+    [cca.hosts.h2]          # optional: per-host override
+    profile = "saw"
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from testbed.names import check_experiment_name
 from testbed.units import Dim, Quantity, UnitError, example
 
 EXPERIMENTS_DIR = Path(__file__).resolve().parent.parent / "experiments"
-SECTIONS = {"experiment", "params", "sweep", "run"}
+SECTIONS = {"experiment", "params", "sweep", "run", "cca"}
 
 
 @dataclass(frozen=True)
@@ -160,6 +164,8 @@ class Definition:
     tdf: TimeDilation
     source: str = ""
     overrides: list[str] = field(default_factory=list)
+    #: per-host congestion-control profiles ([cca] table; testbed.cc.selection), or None
+    cca: Any = None
 
     def points(self) -> list[Point]:
         names = list(self.sweep)
@@ -178,6 +184,7 @@ class Definition:
             "params": {k: to_text(v) for k, v in self.params.items()},
             "sweep": {k: [to_text(v) for v in vs] for k, vs in self.sweep.items()},
             "run": {"reps": self.reps, "seed": self.seed, "tdf": self.tdf.factor},
+            **({"cca": self.cca.to_data()} if self.cca is not None else {}),
             "source": self.source,
             "overrides": self.overrides,
         }
@@ -282,10 +289,13 @@ def validate(raw: dict[str, Any], *, source: str = "", overrides: dict[str, Any]
     run_vals = {k: RUN_PARAMS[k].parse(cli[k] if cli[k] is not None else run_raw.get(k, RUN_PARAMS[k].default),
                                        "--" + k if cli[k] is not None else f"run.{k}", source)
                 for k in RUN_PARAMS}
+    from testbed.cc.selection import parse as parse_cca
+
     defn = Definition(name=name, kind=kind_name, description=str(exp.get("description", "")),
                       params=params, sweep=sweep, reps=run_vals["reps"], seed=run_vals["seed"],
                       tdf=TimeDilation(run_vals["tdf"]), source=source,
-                      overrides=[f"{k}={v}" for k, v in overrides.items()])
+                      overrides=[f"{k}={v}" for k, v in overrides.items()],
+                      cca=parse_cca(raw.get("cca"), source))
     kind.check(defn)
     return defn
 

@@ -316,7 +316,9 @@ def _teardown_module(entry: Entry, ledger: Ledger) -> None:
     name = entry.attrs["name"]
     refcnt = Path(f"/sys/module/{name}/refcnt")
     if refcnt.exists() and refcnt.read_text().strip() == "0":
-        cmd.run(["modprobe", "-r", name], check=False)
+        # rmmod, not modprobe -r: our modules are insmod-ed from kernel/ and are not in
+        # modules.dep, and rmmod never removes dependencies we did not load
+        cmd.run(["rmmod", name], check=False)
 
 
 @_handler("file")

@@ -62,6 +62,28 @@ def where() -> dict[str, Any]:
             "boot_id": cmd.boot_id(), "cpus": os.cpu_count(), "hostname": platform.node()}
 
 
+def congestion_control(defn: Any, host_names: list[str] | None = None,
+                       link_rate_bps: float | None = None) -> dict[str, Any]:
+    """The [cca] selection of ``defn`` and each host's effective profile settings
+    (emulation units after time dilation, jiffy rounding at this kernel's HZ, and the
+    profile's list of differences from the paper). Empty when no [cca] is given."""
+    if getattr(defn, "cca", None) is None:
+        return {}
+    from testbed.cc.selection import settings
+    from testbed.cc.sockops import SockopsError, kernel_hz
+
+    try:
+        hz = kernel_hz()
+    except SockopsError:
+        hz = 250
+    hosts = host_names or sorted({"h1", "h2", *defn.cca.hosts})
+    try:
+        per_host = settings(defn.cca, hosts, defn.tdf, link_rate_bps, hz=hz)
+    except Exception as exc:  # e.g. SAWL without a link rate: record why
+        per_host = {"error": str(exc)}
+    return {"selection": defn.cca.to_data(), "hosts": per_host}
+
+
 def build(*, argv: list[str], tdf: float, seeds: list[int], features: list[str],
           extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything needed to interpret the data later without this machine."""

@@ -201,7 +201,8 @@ def run_native(defn: Definition, opts: RunOptions, run_id: str, out: Path, needs
     points = defn.points()
     write_json(out / "manifest.json", manifest.build(
         argv=opts.argv, tdf=defn.tdf.factor, seeds=sorted({p.seed for p in points}), features=needs,
-        extra={"run_id": run_id, "points": len(points)}))
+        extra={"run_id": run_id, "points": len(points),
+               "congestion_control": manifest.congestion_control(defn)}))
     _log_to(out / "logs" / "run.log")
     token = "ot" + secrets.token_hex(2)
     ledger = Ledger.create(f"{run_id}-{os.getpid()}", results_dir=str(out), argv=opts.argv)

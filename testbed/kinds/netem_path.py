@@ -13,6 +13,7 @@ import statistics
 import time
 from typing import Any
 
+from testbed.cc.selection import applied
 from testbed.definition import Definition, Param
 from testbed.errors import DefinitionError, TestbedError
 from testbed.kinds import ExperimentKind
@@ -69,7 +70,9 @@ class NetemPath(ExperimentKind):
                           delay_s=D.time_to_emulation(v["delay"].si), loss=v["loss"].si,
                           queue_packets=v["queue"])
         topo = TwoHostPath(shape=shape, switch=v["switch"], datapath=v["datapath"])
-        with Emulation(topo, ctx.ledger, ctx.token) as emu:
+        with Emulation(topo, ctx.ledger, ctx.token) as emu, \
+                applied(emu, ctx.defn.cca, D, v["rate"].si) as cca:
+            ctx.write_json("cca.json", cca)
             h1, h2 = emu["h1"], emu["h2"]
             with ctx.instruments(emu):
                 rtts_emu = ping(h1, h2.ip, v["pings"])

@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: (MIT OR GPL-2.0)
+/*
+ * tcp_rto: per-host TCP timers for the congestion-control profiles.
+ *
+ * A sock_ops program attached (with BPF_F_ALLOW_MULTI, through a bpf_link) to a
+ * cgroup v2 that holds the emulation's processes. It acts only on sockets of ONE
+ * network namespace, the host's, identified by its netns cookie (set by the
+ * loader before load, tb_netns_cookie): cgroups are not network namespaces, so a
+ * program per host with a cookie filter is how one host's settings stay its own.
+ *
+ *   BPF_SOCK_OPS_TIMEOUT_INIT       reply = tb_init_rto_jiffies (initial RTO of
+ *                                   SYN and SYN-ACK; the kernel reads jiffies)
+ *   TCP_CONNECT / ACTIVE_ESTABLISHED / PASSIVE_ESTABLISHED
+ *                                   bpf_setsockopt(TCP_BPF_RTO_MIN, tb_rto_min_us)
+ *                                   bpf_setsockopt(TCP_BPF_DELACK_MAX, tb_delack_max_us)
+ * A zero rodata value leaves that setting at the kernel default. Always returns 1.
+ *
+ * The rodata names carry a tb_ prefix: vmlinux.h has clashing plain names.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include "tcp_rto.h"
+
+#ifndef SOL_TCP
+#define SOL_TCP 6
+#endif
+
+const volatile __u64 tb_netns_cookie = 0;
+const volatile __u32 tb_init_rto_jiffies = 0;
+const volatile __u32 tb_rto_min_us = 0;
+const volatile __u32 tb_delack_max_us = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, TCP_RTO_STAT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} tcp_rto_stats SEC(".maps");
+
+static __always_inline void count(__u32 stat)
+{
+	__u64 *v = bpf_map_lookup_elem(&tcp_rto_stats, &stat);
+
+	if (v)
+		__sync_fetch_and_add(v, 1);
+}
+
+static __always_inline void set_opt(struct bpf_sock_ops *skops, int opt, __u32 value, __u32 stat)
+{
+	int v = (int)value;
+
+	if (!value)
+		return;
+	if (bpf_setsockopt(skops, SOL_TCP, opt, &v, sizeof(v)))
+		count(TCP_RTO_STAT_SETSOCKOPT_ERR);
+	else
+		count(stat);
+}
+
+SEC("sockops")
+int tcp_rto(struct bpf_sock_ops *skops)
+{
+	if (bpf_get_netns_cookie(skops) != tb_netns_cookie)
+		return 1;
+
+	switch (skops->op) {
+	case BPF_SOCK_OPS_TIMEOUT_INIT:
+		if (tb_init_rto_jiffies) {
+			skops->reply = tb_init_rto_jiffies;
+			count(TCP_RTO_STAT_TIMEOUT_INIT);
+		}
+		break;
+	case BPF_SOCK_OPS_TCP_CONNECT_CB:
+	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
+	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
+		set_opt(skops, TCP_BPF_RTO_MIN, tb_rto_min_us, TCP_RTO_STAT_RTO_MIN);
+		set_opt(skops, TCP_BPF_DELACK_MAX, tb_delack_max_us, TCP_RTO_STAT_DELACK_MAX);
+		break;
+	default:
+		break;
+	}
+	return 1;
+}
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";

@@ -1,0 +1,22 @@
+/* SPDX-License-Identifier: (MIT OR GPL-2.0) */
+/*
+ * tcp_rto: shared definitions of the per-host TCP timer sock_ops program
+ * (tcp_rto.bpf.c) and its loader (sockops_load.c).
+ */
+#ifndef TCP_RTO_H
+#define TCP_RTO_H
+
+/* Indexes of the `tcp_rto_stats` array map: how often each action was taken. */
+enum tcp_rto_stat {
+	TCP_RTO_STAT_TIMEOUT_INIT = 0,	/* initial (SYN / SYN-ACK) RTO answered */
+	TCP_RTO_STAT_RTO_MIN = 1,	/* TCP_BPF_RTO_MIN set on a socket */
+	TCP_RTO_STAT_DELACK_MAX = 2,	/* TCP_BPF_DELACK_MAX set on a socket */
+	TCP_RTO_STAT_SETSOCKOPT_ERR = 3,	/* bpf_setsockopt() refused a value */
+	TCP_RTO_STAT_MAX = 4,
+};
+
+/* Largest values the 6.1 kernel accepts (TCP_RTO_MIN, TCP_DELACK_MAX: 200 ms). */
+#define TCP_RTO_MIN_US_MAX	200000
+#define TCP_DELACK_MAX_US_MAX	200000
+
+#endif /* TCP_RTO_H */

@@ -1,0 +1,376 @@
+"""Acceptance of the congestion-control profiles, in the full-kernel guest.
+
+Two hosts over one emulated link (HTB rate, netem delay and random loss in both
+directions), time dilation D = 20 applied to every paper time (the paper's 1 ms
+initial RTO becomes 20 ms = 5 jiffies at HZ=250). One bcc tracer (the same one
+``testbed trace cwnd`` uses) watches every socket for the whole module; each test
+checks its profile's invariants on what the tracer saw, never on our own code:
+
+* SAW (20 s transfer): packets in flight never exceed 1; the receiver never fires a
+  delayed-ACK timer (one ACK per segment).
+* SAWL on the same path: the measured RTO (time from the segment's transmission,
+  i.e. the ACK that released it, to the RTO expiry) exceeds SAW's by p x tau, +-10 %.
+* mSACK (h1) and SACK (h2) at the same time in one topology: mSACK's cwnd after
+  each RTO is half its value before (+-1), it is not reduced by triple dupACKs,
+  and it grows by one segment per acknowledged segment (never linearly); SACK's
+  cwnd falls to 1 on RTO and about halves on triple dupACKs; SACK's initial RTO on
+  a SYN that is never answered is 1 ms x D.
+* Swapping: set-default changes new connections only; unloading a module in use
+  is refused with a clear message; afterwards no module reference is left.
+* Module parameters out of range are refused at load.
+
+The measured numbers are written to results/cc-invariants.json (the resolution
+report's table).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, require_features, require_root, run_testbed
+from testbed.cc import modules
+from testbed.cc.selection import CcaSelection, Choice, applied
+from testbed.cc.trace import CwndTracer, Sample, netns_inode, per_socket, write_csv
+from testbed.dilation import TimeDilation
+from testbed.kinds.netem_path import wait_listening
+from testbed.ledger import Ledger
+from testbed.net import Emulation, LinkShape
+from topologies.path import TwoHostPath
+
+D = TimeDilation(20)
+HZ_JIFFY_S = 0.004
+RESULTS = REPO / "results" / "cc-invariants.json"
+MEASURED: dict[str, dict] = {}
+
+# SAW path (paper units): 12 Mbit/s, 0.5 ms one way, 3 % loss each way; MTU 1500 B
+# gives tau = 1 ms (paper) = 20 ms (emulation), p x tau = 80 ms.
+SAW_RATE_BPS, SAW_DELAY_S, SAW_LOSS = 12e6, 0.5e-3, 0.03
+# SACK / mSACK path: 160 Mbit/s, 0.25 ms one way (RTT 10 ms emulated), 3 % loss.
+MS_RATE_BPS, MS_DELAY_S, MS_LOSS = 160e6, 0.25e-3, 0.03
+
+
+def setup_module() -> None:
+    require_root()
+    require_features("netns", "htb", "netem", "modules")
+    for name in ("saw", "sawl", "msack"):
+        if not (modules.KERNEL_DIR / f"tcp_{name}.ko").exists():
+            pytest.fail(f"kernel/tcp_{name}.ko is not built: make -C kernel")
+
+
+@pytest.fixture(scope="module")
+def tracer():
+    t = CwndTracer()
+    t.start()
+    yield t
+    t.stop()
+    write_csv(t.samples, REPO / "results" / "cc-trace.csv")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(MEASURED, indent=1, default=str))
+
+
+@pytest.fixture
+def ledger():
+    led = Ledger.create(f"test-cc-{os.getpid()}-{time.monotonic_ns()}")
+    yield led
+    assert not led.teardown(), "teardown left objects"
+
+
+def path(ledger: Ledger, rate_bps: float, delay_s: float, loss: float, queue: int = 1000) -> Emulation:
+    shape = LinkShape(rate_bps=D.rate_to_emulation(rate_bps), delay_s=D.time_to_emulation(delay_s),
+                      loss=loss, queue_packets=queue)
+    return Emulation(TwoHostPath(shape=shape, switch="none"), ledger, "ot" + secrets.token_hex(2))
+
+
+def transfer(client, server, port: int, seconds: float):
+    """Start an iperf3 transfer client -> server of ``seconds``; returns the client process."""
+    server.popen(["iperf3", "-s", "-1", "-B", server.ip, "-p", str(port)])
+    wait_listening(server, port, timeout_s=30)
+    return client.popen(["iperf3", "-c", server.ip, "-p", str(port), "-t", f"{seconds:g}", "-l", "16K"])
+
+
+def samples_of(tracer: CwndTracer, netns: str, dport: int, since: float) -> list[Sample]:
+    """The sender socket(s) of ``netns`` towards ``dport`` (data direction), in time order."""
+    ino = netns_inode(netns)
+    out = [s for s in tracer.samples if s.netns == ino and s.dport == dport and s.t_s >= since]
+    return sorted(out, key=lambda s: s.t_s)
+
+
+def data_socket(samples: list[Sample]) -> list[Sample]:
+    """The socket with the most samples (iperf3's data connection, not its control one)."""
+    groups = dict(per_socket(samples))
+    assert groups, "the tracer saw no socket"
+    return max(groups.values(), key=len)
+
+
+def now_s() -> float:
+    return time.monotonic_ns() / 1e9
+
+
+def nstat(host, *counters: str) -> dict[str, int]:
+    out = host.run(["nstat", "-asz", *counters]).stdout
+    vals = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0] in counters:
+            vals[parts[0]] = int(parts[1])
+    return vals
+
+
+def measured_rtos(socket_samples: list[Sample]) -> list[float]:
+    """Seconds from the ACK that released a segment to that segment's RTO expiry."""
+    out = []
+    for prev, s in zip(socket_samples, socket_samples[1:]):
+        if s.event == "rto" and prev.event == "ack" and s.snd_una != prev.snd_una:
+            out.append(s.t_s - prev.t_s)
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+def test_module_parameters_out_of_range_are_refused():
+    for name, bad in (("sawl", "p=65"), ("saw", "beta_pct=0"), ("msack", "rto_decrease_pct=101")):
+        if modules.refcount(f"tcp_{name}") is not None:
+            subprocess.run(["rmmod", f"tcp_{name}"], check=False)
+        p = subprocess.run(["insmod", str(modules.KERNEL_DIR / f"tcp_{name}.ko"), bad],
+                           capture_output=True, text=True)
+        assert p.returncode != 0 and "Invalid parameters" in p.stderr, (name, bad, p.stderr)
+        assert modules.refcount(f"tcp_{name}") is None
+    # the CLI refuses before the kernel, naming key, value and range
+    r = run_testbed("cc", "load", "sawl", "--param", "p=65", check=False)
+    assert r.returncode == 1 and "p=65" in r.stderr and "0..64" in r.stderr, r.stderr
+    # a running module refuses a bad runtime write too
+    modules.load("sawl")
+    with pytest.raises(OSError):
+        Path("/sys/module/tcp_sawl/parameters/p").write_text("65")
+    assert Path("/sys/module/tcp_sawl/parameters/p").read_text().strip() == "4"
+    modules.unload("sawl")
+    MEASURED["parameters"] = {"insmod p=65 / beta_pct=0 / rto_decrease_pct=101": "refused (EINVAL)"}
+
+
+def test_saw_and_sawl(tracer, ledger):
+    results = {}
+    with path(ledger, SAW_RATE_BPS, SAW_DELAY_S, SAW_LOSS) as emu:
+        h1, h2 = emu["h1"], emu["h2"]
+        for name, seconds, port in (("saw", 20, 5201), ("sawl", 12, 5202)):
+            sel = CcaSelection(Choice(name))
+            with applied(emu, sel, D, SAW_RATE_BPS) as eff:
+                before = nstat(h2, "TcpExtDelayedACKs", "TcpInSegs", "TcpOutSegs")
+                t0 = now_s()
+                client = transfer(h1, h2, port, seconds)
+                client.wait(timeout=seconds + 120)
+                time.sleep(0.5)
+                after = nstat(h2, "TcpExtDelayedACKs", "TcpInSegs", "TcpOutSegs")
+            # the handshake is not the CCA's: a retransmitted SYN counts 2 "in flight"
+            # (packets_out + retrans_out) and has the initial cwnd 10 in SYN_SENT
+            all_h1 = [s for s in samples_of(tracer, h1.netns, port, t0) if s.tcp_state == "established"]
+            sock = data_socket(all_h1)
+            rtos = measured_rtos(sock)
+            results[name] = {
+                "samples": len(sock), "segments_acked": sum(1 for s in sock if s.event == "ack"),
+                "max_in_flight": max(s.in_flight for s in all_h1),
+                "max_cwnd": max(s.cwnd for s in all_h1),
+                "rto_events": sum(1 for s in sock if s.event == "rto"),
+                "measured_rto_s": rtos,
+                "median_measured_rto_s": statistics.median(rtos) if rtos else None,
+                "median_armed_rto_s": statistics.median(s.rto_s for s in sock if s.event == "rto")
+                if any(s.event == "rto" for s in sock) else None,
+                "median_srtt_s": statistics.median(s.srtt_s for s in sock if s.srtt_s > 0),
+                "receiver_delayed_acks": after["TcpExtDelayedACKs"] - before["TcpExtDelayedACKs"],
+                "receiver_in_segs": after["TcpInSegs"] - before["TcpInSegs"],
+                "receiver_out_segs": after["TcpOutSegs"] - before["TcpOutSegs"],
+                "effective": eff["h1"],
+            }
+    MEASURED.update({k: {kk: vv for kk, vv in v.items() if kk != "measured_rto_s"} for k, v in results.items()})
+    saw, sawl = results["saw"], results["sawl"]
+    print(json.dumps({k: {kk: vv for kk, vv in v.items() if kk != "effective"} for k, v in results.items()},
+                     indent=1, default=str))
+    # SAW: one data segment in flight, in every sample of the 20 s transfer
+    assert saw["segments_acked"] > 100, saw
+    assert saw["max_in_flight"] <= 1 and saw["max_cwnd"] == 1, saw
+    assert sawl["max_in_flight"] <= 1, sawl
+    # no delayed ACK timer fired at the receiver: each segment was ACKed at once
+    assert saw["receiver_delayed_acks"] == 0, saw
+    assert saw["receiver_out_segs"] >= 0.95 * saw["receiver_in_segs"], saw
+    # SAWL: measured RTO - SAW's measured RTO = p x tau (+-10 %)
+    p_tau = sawl["effective"]["extra_rto"]["p_tau_emulation_s"]
+    assert p_tau == pytest.approx(0.080, rel=1e-6)
+    assert len(saw["measured_rto_s"]) >= 5 and len(sawl["measured_rto_s"]) >= 5, (saw, sawl)
+    diff = sawl["median_measured_rto_s"] - saw["median_measured_rto_s"]
+    MEASURED["sawl"]["measured_minus_saw_s"] = diff
+    MEASURED["sawl"]["p_tau_s"] = p_tau
+    assert diff == pytest.approx(p_tau, rel=0.10), (diff, p_tau)
+
+
+def test_msack_and_sack_side_by_side(tracer, ledger):
+    sel = CcaSelection(Choice("msack"), {"h2": Choice("sack")})
+    with path(ledger, MS_RATE_BPS, MS_DELAY_S, MS_LOSS, queue=60) as emu:
+        h1, h2 = emu["h1"], emu["h2"]
+        with applied(emu, sel, D, MS_RATE_BPS) as eff:
+            assert h1.run(["sysctl", "-n", "net.ipv4.tcp_congestion_control"]).stdout.strip() == "msack"
+            assert h2.run(["sysctl", "-n", "net.ipv4.tcp_congestion_control"]).stdout.strip() == "reno"
+            # a SYN that is never answered: its first RTO is the profile's 1 ms x D
+            h2.run(["ip", "neigh", "replace", "10.0.0.99", "lladdr", "02:00:00:00:00:99", "dev", h2.intfs[0]])
+            syn = h2.run([sys.executable, "-c",
+                          "import socket,time\ns=socket.socket();s.setblocking(False)\n"
+                          "t=time.monotonic_ns();s.connect_ex(('10.0.0.99',9));print(t);time.sleep(0.3)"])
+            t_connect = int(syn.stdout.split()[0]) / 1e9
+            t0 = now_s()
+            # one after the other: mSACK's exponential growth would starve SACK's ACKs
+            transfer(h1, h2, 5211, 12).wait(timeout=200)   # mSACK sends h1 -> h2
+            transfer(h2, h1, 5212, 12).wait(timeout=200)   # SACK sends h2 -> h1
+    syn_rtos = sorted(s.t_s for s in tracer.samples if s.dst == "10.0.0.99" and s.event == "rto")
+    assert syn_rtos, "no RTO of the unanswered SYN was traced"
+    first_syn_rto = syn_rtos[0] - t_connect
+    # the SYN backs off by doubling, so the 1st -> 2nd expiry is 2 x the initial RTO,
+    # measured on kernel timer events alone (the process start-up is not in it)
+    assert len(syn_rtos) >= 2, syn_rtos
+    syn_init_rto = (syn_rtos[1] - syn_rtos[0]) / 2
+    init_rto = eff["h2"]["init_rto"]["effective_s"]
+    est = [s for s in tracer.samples if s.t_s >= t0 and s.tcp_state == "established"]
+    ms = data_socket([s for s in est if s.dport == 5211])
+    sk = data_socket([s for s in est if s.dport == 5212])
+
+    # -- mSACK: RTO halves cwnd; dupACKs keep it; growth one segment per segment ---------
+    halvings = [(a.cwnd, b.cwnd) for a, b in zip(ms, ms[1:]) if a.event == "rto" and b.event == "retrans"]
+    dup = triple_dupacks(ms)
+    growth, acked = exponential_growth(ms)
+    # -- SACK: RTO -> 1; three dupACKs -> about half ---------------------------------------
+    sack_rto = [(a.cwnd, b.cwnd) for a, b in zip(sk, sk[1:]) if a.event == "rto" and b.event == "retrans"]
+    recoveries = fast_recoveries(sk)
+    MEASURED["msack"] = {"samples": len(ms), "rto_events": len(halvings),
+                         "rto_cwnd_before_after": halvings[:20],
+                         "triple_dupack_events": len(dup), "dupack_cwnd_before_after": dup[:20],
+                         "cwnd_growth_vs_acked_segments": [growth, acked], "effective": eff["h1"]}
+    MEASURED["sack"] = {"samples": len(sk), "rto_events": len(sack_rto), "rto_cwnd_before_after": sack_rto[:20],
+                        "fast_recoveries": len(recoveries), "recovery_cwnd_before_ssthresh_after": recoveries[:20],
+                        "syn_first_rto_s": first_syn_rto, "syn_init_rto_from_backoff_s": syn_init_rto, "syn_rto_times_s": [t - t_connect for t in syn_rtos[:4]],
+                        "configured_init_rto_s": init_rto, "effective": eff["h2"]}
+    print(json.dumps({k: {kk: vv for kk, vv in MEASURED[k].items() if kk != "effective"}
+                      for k in ("msack", "sack")}, indent=1, default=str))
+    assert len(halvings) >= 3, halvings
+    for before, after in halvings:
+        assert abs(after - max(before // 2, 1)) <= 1, (before, after)
+    assert dup, "no triple-dupACK event seen for mSACK"
+    for before, after in dup:
+        assert after >= before, (before, after)
+    assert acked > 50 and growth >= 0.8 * acked, (growth, acked)
+    assert sack_rto, "no RTO seen for SACK"
+    for before, after in sack_rto:
+        assert after == 1, (before, after)
+    assert len(recoveries) >= 3, recoveries
+    ratios = [ss / max(before, 1) for before, ss in recoveries if before >= 6]
+    assert ratios and 0.35 <= statistics.median(ratios) <= 0.65, recoveries
+    # the SYN's first RTO is the configured 1 ms x D (jiffy timer: up to 1 jiffy late)
+    assert init_rto == pytest.approx(0.020)
+    assert init_rto * 0.95 <= syn_init_rto <= init_rto + HZ_JIFFY_S, (syn_init_rto, syn_rtos)
+    assert first_syn_rto >= init_rto * 0.95, first_syn_rto
+
+
+def triple_dupacks(samples: list[Sample]) -> list[tuple[int, int]]:
+    """(cwnd before, cwnd after) around each run of >= 3 ACKs that did not advance snd_una."""
+    acks = [s for s in samples if s.event == "ack"]
+    out = []
+    i = 0
+    while i + 3 < len(acks):
+        base = acks[i]
+        if base.packets_out > 0 and all(a.snd_una == base.snd_una for a in acks[i + 1:i + 4]) \
+                and acks[i + 3].ca_state != "loss" and base.ca_state != "loss":
+            # acks[i+1..i+3] are the states before the 1st..3rd dupACK; the sample after the
+            # third dupACK is acks[i+4] (if the socket did not time out in between)
+            if i + 4 < len(acks) and acks[i + 4].ca_state != "loss":
+                out.append((acks[i + 1].cwnd, acks[i + 4].cwnd))
+            j = i + 4
+            while j < len(acks) and acks[j].snd_una == base.snd_una:
+                j += 1
+            i = j
+        else:
+            i += 1
+    return out
+
+
+def exponential_growth(samples: list[Sample]) -> tuple[int, int]:
+    """(sum of cwnd increase, sum of newly ACKed segments) over consecutive ACK samples in
+    the open state while cwnd-limited (in flight >= cwnd - 1 before the ACK)."""
+    growth = acked = 0
+    for a, b in zip(samples, samples[1:]):
+        if a.event != "ack" or b.event != "ack" or a.ca_state != "open" or b.ca_state != "open":
+            continue
+        if a.in_flight < a.cwnd - 1 or a.mss == 0:
+            continue
+        n = ((b.snd_una - a.snd_una) & 0xFFFFFFFF) // a.mss
+        if 0 < n < 1000:
+            acked += n
+            growth += max(b.cwnd - a.cwnd, 0)
+    return growth, acked
+
+
+def fast_recoveries(samples: list[Sample]) -> list[tuple[int, int]]:
+    """(cwnd before, ssthresh set) for each entry into fast recovery (not after an RTO)."""
+    out = []
+    last_open = None
+    for s in samples:
+        if s.event == "ack" and s.ca_state in ("open", "disorder"):
+            last_open = s
+        elif s.ca_state == "recovery" and last_open is not None:
+            out.append((last_open.cwnd, s.ssthresh))
+            last_open = None
+        elif s.ca_state == "loss":
+            last_open = None
+    return out
+
+
+def test_swapping_at_run_time(ledger):
+    port = 7000
+    with path(ledger, MS_RATE_BPS, MS_DELAY_S, 0.0) as emu:
+        h1, h2 = emu["h1"], emu["h2"]
+        server = h2.popen([sys.executable, "-c",
+                           "import socket,time\ns=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
+                           f"s.bind(('0.0.0.0',{port}));s.listen(8)\nc=[s.accept() for _ in range(2)]\ntime.sleep(120)"])
+        wait_listening(h2, port, timeout_s=30)
+        client_code = (f"import socket,time\nc=socket.create_connection(('{h2.ip}',{port}))\n"
+                       "print('up',flush=True)\ntime.sleep(120)")
+        before = modules.set_default("cubic", h1.netns)
+        a = h1.popen([sys.executable, "-c", client_code], stdout=subprocess.PIPE)
+        assert a.stdout.readline().strip() == b"up"
+        modules.set_default("saw", h1.netns)
+        b = h1.popen([sys.executable, "-c", client_code], stdout=subprocess.PIPE)
+        assert b.stdout.readline().strip() == b"up"
+        ss = h1.run(["ss", "-tinH", "dst", f"{h2.ip}:{port}"]).stdout
+        algs = sorted(w for w in ss.split() if w in ("cubic", "saw"))
+        assert algs == ["cubic", "saw"], ss
+        assert modules.refcount("tcp_saw") >= 2  # the socket and the namespace default
+        t = time.monotonic()
+        r = run_testbed("cc", "unload", "saw", check=False, timeout=60)
+        assert r.returncode == 1 and "in use" in r.stderr, r.stderr
+        assert time.monotonic() - t < 30
+        assert modules.refcount("tcp_saw") is not None
+        for p in (a, b, server):
+            p.kill()
+            p.wait()
+        modules.set_default(before, h1.netns)
+        deadline = time.monotonic() + 20
+        while modules.refcount("tcp_saw") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        MEASURED["swap"] = {"connections": algs, "unload_in_use": r.stderr.strip()}
+    r = run_testbed("cc", "unload", "saw", check=False, timeout=60)
+    assert r.returncode == 0, r.stderr
+
+
+def test_no_module_reference_left():
+    """After the runs above (profiles undone, namespaces gone) nothing holds our modules."""
+    left = {}
+    for name in ("saw", "sawl", "msack"):
+        count = modules.refcount(f"tcp_{name}")
+        if count == 0:
+            modules.unload(name)
+        left[name] = modules.refcount(f"tcp_{name}")
+    MEASURED["after_run_refcounts"] = left
+    assert all(v is None for v in left.values()), left
