@@ -26,11 +26,15 @@ CCA_ORDER = ("saw", "sawl", "sack", "msack", "reno", "cubic", "bbr", "paced-reno
 
 
 def switch_label(row: pd.Series) -> str:
-    """The paper's curve label: n_e = N for optical/hybrid, electronic with its initial RTO."""
-    if row["switch"] == "electronic":
-        rto = Quantity.parse(row["initial_rto"], Dim.TIME)
+    """The paper's curve label: n_e = N for all-optical/hybrid, electronic with its
+    initial RTO (from ``switch`` = all-optical | hybrid:N | electronic[@RTO])."""
+    config, _, rto_text = str(row["switch"]).partition("@")
+    if config == "electronic":
+        rto = Quantity.parse(rto_text or row["initial_rto"], Dim.TIME)
         return f"electronic, RTO {rto}"
-    return f"n_e = {int(row['n_e'])}"
+    if config == "all-optical":
+        return "n_e = 0"
+    return f"n_e = {int(config.partition(':')[2])}"
 
 
 def _label_order(label: str) -> tuple[int, float]:

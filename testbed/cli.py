@@ -123,6 +123,25 @@ def build_parser() -> argparse.ArgumentParser:
     sd.add_argument("name", metavar="NAME")
     sd.add_argument("--netns", help="network namespace (default: this one)")
 
+    ck = sub.add_parser("check-tdf", help="run one point at D and 2D; do the results agree?",
+                        formatter_class=argparse.RawDescriptionHelpFormatter,
+                        description="Run EXPERIMENT reduced to one sweep point (fix every swept key "
+                        "with --set) at its time dilation factor D and at 2D, and report whether the "
+                        "paper-unit METRIC agrees within the 95 % Student-t intervals of the "
+                        "repetitions. Disagreement means D is too small for this host.",
+                        epilog="example:\n  testbed check-tdf e1-demo --set cca=sack --set switch=hybrid:2 "
+                        "--set load='20000 /s' --reps 3")
+    ck.add_argument("experiment", metavar="EXPERIMENT")
+    ck.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="fix a parameter (every swept key must be fixed)")
+    ck.add_argument("--tdf", type=float, metavar="D", help="the lower factor (default: the definition's)")
+    ck.add_argument("--reps", type=int, default=3, metavar="N", help="repetitions at each factor (default 3)")
+    ck.add_argument("--metric", default="throughput_bps", help="summary column to compare")
+    ck.add_argument("--out", type=Path, metavar="DIR", help="folder for both runs and tdf-check.json")
+    ckw = ck.add_mutually_exclusive_group()
+    ckw.add_argument("--native", action="store_const", const="--native", dest="placement")
+    ckw.add_argument("--vm", action="store_const", const="--vm", dest="placement")
+
     tr = sub.add_parser("trace", help="live TCP state (cwnd, ssthresh, srtt, RTO, in flight)",
                         formatter_class=argparse.RawDescriptionHelpFormatter,
                         description="Stream the state of matching TCP sockets from the tcp:tcp_probe "
@@ -153,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             build_parser().print_help()
             return 2
-        if args.command in ("run", "clean", "guest", "doctor", "trace") and os.geteuid() != 0:
+        if args.command in ("run", "clean", "guest", "doctor", "trace", "check-tdf") and os.geteuid() != 0:
             raise UsageError(f"`testbed {args.command}` needs root (namespaces, qdiscs, BPF, qemu)")
         return COMMANDS[args.command](args, argv)
     except TestbedError as exc:
@@ -173,6 +192,34 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
                              pcap=args.pcap, report=not args.no_report,
                              argv=[sys.executable, "-m", "testbed", *argv])
     return runner.run(defn, opts)
+
+
+def cmd_check_tdf(args: argparse.Namespace, argv: list[str]) -> int:
+    from testbed import definition, tdfcheck
+    from testbed.results import new_run_dir, write_json
+    from testbed.runner import new_run_id
+
+    defn = definition.load(args.experiment, overrides=definition.parse_set(args.set), tdf=args.tdf,
+                           reps=1)
+    if len(defn.points()) != 1:
+        swept = [k for k, vs in defn.sweep.items() if len(vs) > 1]
+        raise UsageError(f"check-tdf needs one point; fix the swept key(s) {', '.join(swept)} with --set")
+    d = defn.tdf.factor
+    out = (args.out or new_run_dir(f"{defn.name}-tdf-check", new_run_id())).resolve()
+    dirs = {}
+    for factor in (d, 2 * d):
+        dirs[factor] = out / f"tdf-{factor:g}"
+        code = main(["run", args.experiment, *[x for kv in args.set for x in ("--set", kv)],
+                     "--tdf", f"{factor:g}", "--reps", str(args.reps), "--out", str(dirs[factor]),
+                     *([args.placement] if args.placement else [])])
+        if code != 0:
+            print(f"testbed: check-tdf: the run at D = {factor:g} failed (exit {code})", file=sys.stderr)
+            return code
+    comparison = tdfcheck.compare(dirs[d], dirs[2 * d], d, 2 * d, metric=args.metric)
+    write_json(out / "tdf-check.json", comparison.to_data())
+    print(comparison.line())
+    print(f"results: {out}")
+    return 0 if comparison.agree else 1
 
 
 def cmd_clean(args: argparse.Namespace, argv: list[str]) -> int:
@@ -290,4 +337,5 @@ def cmd_trace(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 COMMANDS = {"run": cmd_run, "clean": cmd_clean, "report": cmd_report, "guest": cmd_guest,
-            "list": cmd_list, "doctor": cmd_doctor, "cc": cmd_cc, "trace": cmd_trace}
+            "list": cmd_list, "doctor": cmd_doctor, "cc": cmd_cc, "trace": cmd_trace,
+            "check-tdf": cmd_check_tdf}

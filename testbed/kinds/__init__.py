@@ -39,9 +39,10 @@ class ExperimentKind:
 
 
 def _registry() -> dict[str, type[ExperimentKind]]:
+    from testbed.kinds.e1_fattree import E1FatTree
     from testbed.kinds.netem_path import NetemPath
 
-    return {k.name: k for k in (NetemPath,)}
+    return {k.name: k for k in (NetemPath, E1FatTree)}
 
 
 KINDS: dict[str, type[ExperimentKind]] = _registry()

@@ -9,10 +9,10 @@ from analysis import e1
 def summary() -> pd.DataFrame:
     rows = []
     for cca in ("saw", "sack"):
-        for sw, ne, rto in (("hybrid", 0, "1 ms"), ("hybrid", 2, "1 ms"), ("electronic", 0, "1 s")):
+        for sw, rto in (("all-optical", "1 ms"), ("hybrid:2", "1 ms"), ("electronic@1 s", "1 ms")):
             for load in ("1000 /s", "10000 /s"):
                 for rep, thr in enumerate((1e9, 3e9)):
-                    rows.append({"cca": cca, "switch": sw, "n_e": ne, "initial_rto": rto, "load": load,
+                    rows.append({"cca": cca, "switch": sw, "initial_rto": rto, "load": load,
                                  "link_length": "10 m", "rep": rep, "throughput_bps": thr,
                                  "loss_ratio": 0.1 * rep, "oeo_fraction": 0.5, "max_buffer_bytes": 2e5})
     return pd.DataFrame(rows)

@@ -1,0 +1,225 @@
+"""``e1-fattree``: E1 of the hybrid-switch paper (Minakhmetov, Ware, Iannone).
+
+A k-ary fat-tree of optical switches of one kind (all-optical, hybrid with n_e buffer
+ports, electronic store-and-forward; eBPF port model, see docs/optical-switch.md)
+carries Poisson file transfers between random server pairs; every server runs one
+congestion-control profile (SAW, SAWL, SACK, mSACK, or a kernel one). Per point: the
+network throughput in the measurement window (paper units), per-flow records, and the
+switches' counters (cut-through, buffered = OEO, dropped, max buffer occupancy).
+
+Paper -> emulation: every time x D and every rate / D (the time dilation factor);
+sizes, lengths and counts unchanged, except ``size_scale``, which multiplies every
+file size (a small-machine knob, recorded in the results; the paper's loads then carry
+proportionally fewer bytes). Frames are 9064 B on the wire (MTU 9050 with TCP
+timestamps: 8998 B payload); TSO/GSO/GRO are off, so one skb is one packet.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+from testbed.definition import Definition, Param
+from testbed.errors import DefinitionError
+from testbed.kinds import ExperimentKind
+from testbed.net import Emulation
+from testbed.runner import PointContext
+from testbed.units import Dim, Quantity, UnitError
+from topologies.fattree import FatTree, FatTreeSize
+
+#: IP MTU giving 9064 B Ethernet frames (9050 + 14 B header); the paper's 9000 B payload
+#: becomes 8998 B because Linux puts 12 B of TCP timestamps in every segment
+MTU = 9050
+SWITCH_KINDS = ("all-optical", "hybrid", "electronic")
+SWITCH_SYNTAX = "all-optical | hybrid:N_E (1 <= N_E <= k) | electronic, optionally followed by @INITIAL_RTO"
+CCAS = ("saw", "sawl", "sack", "msack", "reno", "cubic")
+
+
+class E1FatTree(ExperimentKind):
+    name = "e1-fattree"
+    analysis = "e1"
+    doc = "E1: fat-tree of hybrid / all-optical / electronic switches, Poisson file transfers, TCP profiles"
+    params = (
+        Param("k", "int", 4, "fat-tree arity (servers = k^3/4, switches = 5k^2/4)", lo=2, hi=16),
+        Param("switch", "str", "hybrid:2",
+              "switch configuration of every switch: all-optical | hybrid:N_E | electronic, "
+              "optionally @INITIAL_RTO (e.g. 'electronic@1 s' overrides initial_rto)"),
+        Param("link_length", Dim.LENGTH, "10 m", "length of every link (propagation at n = 1.45)",
+              lo=0, hi=100e3),
+        Param("link_rate", Dim.RATE, "10 Gbit/s", "rate of every link and server NIC", lo=0, lo_open=True,
+              hi=400e9),
+        Param("cca", "choice", "sack", "congestion-control profile of every server", choices=CCAS),
+        Param("initial_rto", Dim.TIME, "1 ms", "initial RTO of the profile (paper: 1 ms, or 1 s)",
+              lo=0, lo_open=True, hi=60.0),
+        Param("sawl_p", "int", 4, "SAWL: RTO extension in packet durations (p x tau)", lo=0, hi=1000),
+        Param("load", Dim.FREQUENCY, "1000 /s", "file-transfer requests per second, whole network",
+              lo=0, lo_open=True, hi=1e9),
+        Param("size_p_small", Dim.RATIO, "80 %", "probability of the small mode of the file size", lo=0, hi=1),
+        Param("size_small", Dim.SIZE, "10 MB", "median file size of the small mode", lo=1, hi=1e12),
+        Param("size_large", Dim.SIZE, "1 GB", "median file size of the large mode", lo=1, hi=1e12),
+        Param("size_sigma", "float", 0.5, "log-standard-deviation of both modes of the file size",
+              lo=0, hi=5),
+        Param("size_scale", Dim.RATIO, "100 %", "factor on every file size (small machines; recorded)",
+              lo=0, lo_open=True, hi=1),
+        Param("warmup", Dim.TIME, "1 ms", "traffic before the measurement window", lo=0, hi=3600),
+        Param("window", Dim.TIME, "5 ms", "measurement window", lo=0, lo_open=True, hi=3600),
+        Param("drain", Dim.TIME, "0 s", "time after the window before agents stop (flows then incomplete)",
+              lo=0, hi=3600),
+    )
+
+    @classmethod
+    def features(cls, values: dict[str, Any]) -> set[str]:
+        need = {"netns", "fq", "clsact-bpf", "btf"}
+        if values["cca"] in ("saw", "sawl", "msack"):
+            need.add("modules")
+        return need
+
+    @classmethod
+    def check(cls, defn: Definition) -> None:
+        if defn.cca is not None:
+            raise DefinitionError("cca", "[cca] table", "no [cca] table: E1 runs one profile on every "
+                                  "server, chosen (and swept) with params.cca", defn.source)
+        for p in defn.points():
+            v = p.values
+            if v["k"] % 2:
+                raise DefinitionError("params.k", v["k"], "an even integer from 2 to 16", defn.source)
+            try:
+                parse_switch(v["switch"], v["k"])
+            except DefinitionError as exc:
+                raise DefinitionError(exc.key, exc.value, exc.accepted, defn.source) from None
+
+    @classmethod
+    def profile_options(cls, v: dict[str, Any]) -> dict[str, Any]:
+        opts: dict[str, Any] = {}
+        if v["cca"] in ("saw", "sawl", "sack", "msack", "reno", "cubic"):
+            opts["init_rto"] = v["initial_rto"]
+        if v["cca"] == "sawl":
+            opts["p"] = int(v["sawl_p"])
+        return opts
+
+    @classmethod
+    def run_point(cls, ctx: PointContext) -> dict[str, Any]:
+        from testbed.cc.profiles import make
+        from testbed.traffic import BimodalLognormal, TrafficRun, Window, poisson_schedule
+
+        v, D = ctx.point.values, ctx.tdf
+        model, n_e, rto = parse_switch(v["switch"], v["k"])
+        if rto is not None:
+            v = {**v, "initial_rto": rto}
+        rate = v["link_rate"].si
+        topo = FatTree(k=v["k"], switch="optical",
+                       switch_opts={"model": model, "n_e": n_e, "rate_bps": rate, "tdf": D.factor},
+                       link_opts={"length_m": v["link_length"].si, "mtu": MTU})
+        sizes = BimodalLognormal(v["size_p_small"].si, v["size_small"].si, v["size_sigma"],
+                                 v["size_large"].si, v["size_sigma"])
+        warmup, window, drain = v["warmup"].si, v["window"].si, v["drain"].si
+        duration = warmup + window
+        ctx.progress(f"building the k={v['k']} fat-tree ({FatTreeSize(v['k']).servers} servers, "
+                     f"{FatTreeSize(v['k']).switches} {model} switches)")
+        profiles = []
+        with Emulation(topo, ctx.ledger, ctx.token) as emu:
+            hosts = emu.hosts()
+            try:
+                settings = {}
+                for h in hosts:
+                    prof = make(v["cca"], cls.profile_options(v))
+                    settings[h.name] = prof.apply(h, D, link_rate_bps=rate)
+                    profiles.append(prof)
+                ctx.write_json("profiles.json", settings)
+                algorithm = profiles[0].algorithm
+                sched = poisson_schedule([h.name for h in hosts], v["load"].si, duration, sizes,
+                                         seed=ctx.point.seed, size_scale=v["size_scale"].si)
+                ctx.write_json("schedule-meta.json", {**sched.meta, "flows": len(sched)})
+                ctx.progress(f"{len(sched)} transfers over {D.time_to_emulation(duration + drain):.3g} s "
+                             f"(emulation), {v['cca']} over {model} switches")
+                with ctx.instruments(emu, count_ports=False):
+                    with TrafficRun(emu, hosts, sched, algorithm, ctx.dir / "traffic", D,
+                                    window=Window(warmup_s=warmup, length_s=window),
+                                    duration_s=duration + drain, granularities_s=(window / 20,)) as run:
+                        run.wait()
+                    counters = emu.optical.counters() if emu.optical else []
+            finally:
+                for prof in reversed(profiles):
+                    prof.undo()
+        res = run.result
+        if res is None:
+            raise DefinitionError("traffic", "no result", "a traffic run that started")
+        res.write()
+        return summarise(res, counters, ctx, v)
+
+
+def parse_switch(spec: str, k: int) -> tuple[str, int, Quantity | None]:
+    """``"hybrid:2@1 s"`` -> ("hybrid", 2, 1 s): model, n_e, initial-RTO override or None.
+
+    The paper's curves are n_e = 0 (all-optical), hybrid n_e in {2, 5, 8} (k = 8), and
+    electronic with initial RTO 1 ms or 1 s: one ``switch`` sweep covers them all.
+    Raises DefinitionError (key params.switch) naming the accepted syntax."""
+    def bad(why: str = "") -> DefinitionError:
+        return DefinitionError("params.switch", spec, SWITCH_SYNTAX + (f" ({why})" if why else ""))
+
+    config, _, rto_text = spec.partition("@")
+    rto = None
+    if rto_text:
+        try:
+            rto = Quantity.parse(rto_text, Dim.TIME)
+        except UnitError as exc:
+            raise bad(str(exc)) from None
+        if not 0 < rto.si <= 60:
+            raise bad("the initial RTO must be > 0 and <= 60 s")
+    model, _, n_text = config.strip().partition(":")
+    if model not in SWITCH_KINDS:
+        raise bad()
+    if model != "hybrid":
+        if n_text:
+            raise bad(f"{model} takes no N_E")
+        return model, 0, rto
+    if not n_text.strip().isdigit() or not 1 <= int(n_text) <= k:
+        raise bad(f"N_E must be an integer from 1 to k = {k}")
+    return model, int(n_text), rto
+
+
+def summarise(res: Any, counters: list[dict], ctx: PointContext, v: dict[str, Any]) -> dict[str, Any]:
+    """The point's summary row (paper units) from the traffic result and switch counters."""
+    D = ctx.tdf
+    flows = res.flows
+    done = [f for f in flows if f.status == "complete"]
+    switch_rows = [r for r in counters if r["model"] != "nic"]
+    cut = sum(r["cut_through"] for r in switch_rows)
+    buffered = sum(r["buffered"] for r in switch_rows)
+    dropped = sum(r["dropped"] for r in switch_rows)
+    handled = cut + buffered + dropped
+    node_occ: dict[str, int] = {}
+    for r in switch_rows:
+        node_occ[r["node"]] = max(node_occ.get(r["node"], 0), int(r["node_max_occ_bytes"]))
+    fidelity = ctx.dir / "fidelity.json"
+    lateness_p99 = None
+    if fidelity.exists():
+        import json
+
+        mon = json.loads(fidelity.read_text())
+        lateness_p99 = D.time_to_paper(mon.get("p99_ns", 0) / 1e9) if mon.get("count") else None
+    size = FatTreeSize(v["k"])
+    mean_size = res_mean_size(v)
+    offered = v["load"].si * mean_size * 8 / (size.servers * v["link_rate"].si)
+    return {
+        "throughput_bps": res.throughput_bps if res.throughput_bps is not None else math.nan,
+        "offered_load": offered,
+        "flows": len(flows), "flows_completed": len(done),
+        "flows_incomplete": sum(f.status == "incomplete" for f in flows),
+        "flows_failed": sum(f.status == "failed" for f in flows),
+        "fct_median_s": statistics.median(f.fct_s for f in done) if done else math.nan,
+        "retransmits": sum(f.retrans_segs or 0 for f in flows),
+        "packets_switched": handled, "packets_dropped": dropped,
+        "loss_ratio": dropped / handled if handled else math.nan,
+        "oeo_fraction": buffered / (cut + buffered) if cut + buffered else math.nan,
+        "max_buffer_bytes": max(node_occ.values(), default=0),
+        "lateness_p99_s": lateness_p99 if lateness_p99 is not None else math.nan,
+    }
+
+
+def res_mean_size(v: dict[str, Any]) -> float:
+    """Mean file size in bytes after size_scale (lognormal mixture, exact)."""
+    p, s = v["size_p_small"].si, v["size_sigma"]
+    m = p * v["size_small"].si + (1 - p) * v["size_large"].si
+    return m * math.exp(s * s / 2) * v["size_scale"].si
