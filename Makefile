@@ -14,6 +14,7 @@ GUEST_OPTS ?=
 help:
 	@echo "make run    - set up, build, run the main demo, print where its report is"
 	@echo "make test   - set up, build, run all test tiers (unit, BPF, native, guest)"
+	@echo "make reproduce-e1 - the paper's E1 sweep at k = 4 (long: about a day on 2 cores)"
 	@echo "make bench  - benchmarks (all areas; AREAS="switch traffic" for some)"
 	@echo "make setup  - idempotent set-up only (apt, venv, pinned pip, builds)"
 	@echo "make clean  - remove leftovers of killed runs (testbed clean)"
@@ -46,7 +47,11 @@ test-guest: setup
 	$(TESTBED) guest $(GUEST_OPTS) -- $(PY) -m pytest tests/guest
 
 run: setup
-	@$(TESTBED) run demo
+	@$(TESTBED) run e1-demo
+
+# The paper's E1 sweep at k = 4 (about a day on 2 cores; see experiments/e1-paper.toml).
+reproduce-e1: setup
+	@$(TESTBED) run e1-paper
 
 bench: setup
 	@$(PY) -m testbed.benchmarks $(AREAS)

@@ -198,7 +198,7 @@ def summarise(res: Any, counters: list[dict], ctx: PointContext, v: dict[str, An
         import json
 
         mon = json.loads(fidelity.read_text())
-        lateness_p99 = D.time_to_paper(mon.get("p99_ns", 0) / 1e9) if mon.get("count") else None
+        lateness_p99 = D.time_to_paper(mon["p99_ns"] / 1e9) if mon.get("packets") else None
     size = FatTreeSize(v["k"])
     mean_size = res_mean_size(v)
     offered = v["load"].si * mean_size * 8 / (size.servers * v["link_rate"].si)
