@@ -178,6 +178,23 @@ def _json_line(argv_tail: list[str], out: str) -> dict:
         raise BpfError(f"tbload {' '.join(argv_tail[:1])} printed no JSON line: {out!r}") from e
 
 
+def _netns_args(netns: str | None) -> list[str]:
+    """``--netns NETNS`` for tbload (none for the root namespace); BpfError if malformed."""
+    if netns is None:
+        return []
+    if not (netns.startswith("/") or _NETNS_NAME_RE.match(netns)):
+        raise BpfError(f"network namespace {netns!r} is neither a name nor an absolute path")
+    return ["--netns", netns]
+
+
+def _prepare(ledger: Any, pin: Path) -> None:
+    """Before a loader call that pins: the loader exists, bpffs is mounted, the pin
+    dir is in the ledger (before it is created)."""
+    loader_path()
+    ensure_bpffs()
+    _record_pin_dir(ledger, pin)
+
+
 def attach_portstat(
     ledger: Any,
     *,
@@ -215,13 +232,8 @@ def attach_portstat(
         "--dev", dev, "--dir", direction, "--pin-dir", str(pin),
         *_portstat_sets(node_id, port_id, direction),
     ]
-    if netns is not None:
-        if not (netns.startswith("/") or _NETNS_NAME_RE.match(netns)):
-            raise BpfError(f"network namespace {netns!r} is neither a name nor an absolute path")
-        args += ["--netns", netns]
-    loader_path()
-    ensure_bpffs()
-    _record_pin_dir(ledger, pin)
+    args += _netns_args(netns)
+    _prepare(ledger, pin)
     return _json_line(args, _run_loader(args))
 
 
@@ -389,13 +401,8 @@ def attach_node(
             *_optsw_sets(node_id, is_switch=is_switch, test_mode=False)]
     for dev in devs:
         args += ["--dev", dev]
-    if netns is not None:
-        if not (netns.startswith("/") or _NETNS_NAME_RE.match(netns)):
-            raise BpfError(f"network namespace {netns!r} is neither a name nor an absolute path")
-        args += ["--netns", netns]
-    loader_path()
-    ensure_bpffs()
-    _record_pin_dir(ledger, pin)
+    args += _netns_args(netns)
+    _prepare(ledger, pin)
     out = _run_loader(args)
     return [json.loads(ln) for ln in out.splitlines() if ln.strip()]
 
