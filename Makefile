@@ -47,7 +47,7 @@ test-guest: setup
 	$(TESTBED) guest $(GUEST_OPTS) -- $(PY) -m pytest tests/guest
 
 run: setup
-	@$(TESTBED) run e1-demo
+	@$(TESTBED) run demo
 
 # The paper's E1 sweep at k = 4 (about a day on 2 cores; see experiments/e1-paper.toml).
 reproduce-e1: setup

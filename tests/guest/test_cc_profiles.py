@@ -224,7 +224,7 @@ def test_msack_and_sack_side_by_side(tracer, ledger):
             t_connect = int(syn.stdout.split()[0]) / 1e9
             t0 = now_s()
             # one after the other: mSACK's exponential growth would starve SACK's ACKs
-            transfer(h1, h2, 5211, 12).wait(timeout=200)   # mSACK sends h1 -> h2
+            transfer(h1, h2, 5211, 20).wait(timeout=240)   # mSACK sends h1 -> h2 (20 s: >= 3 RTOs at 3 % loss)
             transfer(h2, h1, 5212, 12).wait(timeout=200)   # SACK sends h2 -> h1
     syn_rtos = sorted(s.t_s for s in tracer.samples if s.dst == "10.0.0.99" and s.event == "rto")
     assert syn_rtos, "no RTO of the unanswered SYN was traced"

@@ -9,7 +9,10 @@ the goodput is compared with rate x 1448/1514 (47.8 Mbit/s), not with 50 Mbit/s.
 The base RTT is measured with netem in place at 1 ms each way (and those 2 ms taken off):
 netem releases each delayed packet from an hrtimer, and under software emulation (TCG)
 that timer fires ~0.5 ms late per direction. A base taken without netem misses that
-per-packet overhead; the 10 ms run pays it on every ping (CI saw 21.55 ms vs 20.43 ms)."""
+per-packet overhead; the 10 ms run pays it on every ping (CI saw 21.55 ms vs 20.43 ms).
+RTTs are compared by their minimum over the pings: timer lateness only ever adds
+delay, and its size varies with the host's load (a loaded CI guest saw medians 5 %
+above configuration), so the minimum is the estimator of the configured path delay."""
 
 BASE_DELAY_S = 1e-3
 
@@ -37,11 +40,11 @@ def test_rtt_and_throughput_match_configuration(tmp_path):
     common = ["--native", "--reps", "1", "--set", "switch=none", "--set", "rate=50 Mbit/s", "--set", "pings=50"]
     run_testbed("run", "demo", *common, "--set", "delay=1 ms", "--set", "duration=2 s", "--set", "omit=1 s",
             "--out", str(tmp_path / "base"))
-    base = float(summary_rows(tmp_path / "base")[0]["rtt_median_s"]) - 2 * BASE_DELAY_S
+    base = float(summary_rows(tmp_path / "base")[0]["rtt_min_s"]) - 2 * BASE_DELAY_S
     run_testbed("run", "demo", *common, "--set", "delay=10 ms", "--set", "duration=10 s", "--set", "omit=2 s",
             "--pcap", "h1-h2", "--out", str(tmp_path / "netem"))
     row = summary_rows(tmp_path / "netem")[0]
-    rtt, thr = float(row["rtt_median_s"]), float(row["throughput_bps"])
+    rtt, thr = float(row["rtt_min_s"]), float(row["throughput_bps"])
     print(f"base RTT {base * 1e3:.3f} ms, RTT {rtt * 1e3:.3f} ms, throughput {thr / 1e6:.2f} Mbit/s")
     assert rtt == pytest.approx(0.020 + base, rel=0.05)
     assert thr == pytest.approx(50e6 * GOODPUT_PER_LINE_RATE, rel=0.05)
@@ -63,5 +66,5 @@ def test_time_dilation_keeps_paper_units(tmp_path):
                 "--set", "rate=20 Mbit/s", "--set", "delay=5 ms", "--set", "duration=4 s",
                 "--set", "omit=1 s", "--out", str(tmp_path / f"d{d}"))
         rows[d] = summary_rows(tmp_path / f"d{d}")[0]
-    for key in ("throughput_bps", "rtt_median_s"):
+    for key in ("throughput_bps", "rtt_min_s"):
         assert float(rows[4][key]) == pytest.approx(float(rows[1][key]), rel=0.08), key

@@ -5,7 +5,12 @@ Checks the results folder and report are complete and the numbers are sane: thro
 positive and below the bisection capacity (8 x 10 Gb/s for k = 4), the all-optical
 switches drop packets under this load while the electronic ones never drop, every
 electronic packet is an OEO conversion and no optical one is, completed flows exist,
-and the emulation's p99 lateness stays small against one 9064 B packet duration."""
+and the emulation's p99 lateness stays small against one 9064 B packet duration.
+
+Not yet in the CI tiers (issue 6 is open): at D = 1000 a loaded TCG guest showed p99
+lateness 58.7 ms against tau = 7.25 ms, so the last assertion fails there, and the test
+takes ~15 minutes. Run it with
+  testbed guest -- env TESTBED_REQUIRE_FEATURES=1 .venv/bin/python -m pytest -s tests/e1"""
 
 import json
 
