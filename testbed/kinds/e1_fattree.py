@@ -144,7 +144,9 @@ class E1FatTree(ExperimentKind):
                     prof.undo()
         res = run.result
         if res is None:
-            raise DefinitionError("traffic", "no result", "a traffic run that started")
+            from testbed.traffic import TrafficError
+
+            raise TrafficError(f"{ctx.point.id}: the traffic agents never started; see {ctx.dir / 'traffic'}")
         res.write()
         return summarise(res, counters, ctx, v)
 
