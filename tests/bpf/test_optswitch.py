@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import random
-import uuid
 from pathlib import Path
 
 import pytest
@@ -38,15 +37,6 @@ def _skip_reason() -> str | None:
 
 
 pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=_skip_reason() or "")
-
-
-@pytest.fixture
-def pin_dir():
-    path = bpf.PIN_ROOT / f"pytest-optsw-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    try:
-        yield path
-    finally:
-        bpf.remove_pin_dir(path)
 
 
 def _ports(n: int, *, prop_ns: int = 0, peer_host: bool = False) -> list[PortConfig]:

@@ -11,7 +11,6 @@ import os
 import struct
 import subprocess
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -41,20 +40,6 @@ _REASON = _skip_reason()
 def needs_bpf(fn):
     """Mark a test as needing root and BPF; skip it with the reason if unavailable."""
     return pytest.mark.root(pytest.mark.skipif(_REASON is not None, reason=_REASON or "")(fn))
-
-
-@pytest.fixture
-def pin_dir():
-    """A fresh pin dir of this test, removed afterwards."""
-    path = bpf.PIN_ROOT / f"pytest-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    try:
-        yield path
-    finally:
-        bpf.remove_pin_dir(path)
-        try:
-            bpf.PIN_ROOT.rmdir()  # only if no other run uses it
-        except OSError:
-            pass
 
 
 class FakeLedger:
