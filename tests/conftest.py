@@ -1,136 +1,22 @@
-"""Shared fixtures: root/feature skips (kselftest style) and the killed-run scenario."""
+"""Fixtures shared by all tiers (helper functions are in helpers.py)."""
 
-from __future__ import annotations
-
-import json
 import os
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
+import uuid
 
 import pytest
 
-from testbed import cmd, ovs
-from testbed.bpf import PIN_ROOT
-from testbed.ledger import Ledger, ledger_dir, link_exists, netns_exists
-
-REPO = Path(__file__).resolve().parent.parent
+from testbed import bpf
 
 
-def require_root() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("needs root (namespaces, qdiscs, BPF)")
-
-
-def require_features(*names: str) -> None:
-    """Skip with the probe's reason when this kernel lacks a feature, unless the tier
-    demands it (TESTBED_REQUIRE_FEATURES=1, set for the guest tier): then fail."""
-    from testbed.features import probe_all
-
-    probes = probe_all()
-    missing = {n: probes[n].detail for n in names if not probes[n].ok}
-    if missing:
-        msg = "; ".join(f"{k}: {v}" for k, v in missing.items())
-        if os.environ.get("TESTBED_REQUIRE_FEATURES") == "1":
-            pytest.fail(f"this kernel must have {', '.join(missing)}: {msg}")
-        pytest.skip(f"kernel lacks {msg}")
-
-
-def run_testbed(*args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess[str]:
-    p = subprocess.run([sys.executable, "-m", "testbed", *args], capture_output=True, text=True,
-                       timeout=timeout, cwd=REPO)
-    if check and p.returncode != 0:
-        raise AssertionError(f"testbed {' '.join(args)} exited {p.returncode}:\n{p.stdout}\n{p.stderr}")
-    return p
-
-
-def summary_rows(out: Path) -> list[dict[str, str]]:
-    import csv
-
-    with open(out / "summary.csv") as f:
-        return list(csv.DictReader(f))
-
-
-def _ledger_records(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            pass
-    return out
-
-
-def killed_run_then_clean(tmp_path: Path, datapath: str, extra_sets: list[str]) -> None:
-    """SIGKILL a running demo mid-experiment, run `testbed clean`, and check that no
-    object of that run is left while pre-existing objects of the same kinds survive."""
-    tag = f"{os.getpid() % 10000:04d}"
-    pre_veth, pre_br = f"otpre{tag}a", f"otpre{tag}br"
-    helper = Ledger.create(f"test-helper-{os.getpid()}-{time.monotonic_ns()}")
-    ovs.ensure_daemons(helper, kernel_datapath=datapath == "system")
-    cmd.run(["ip", "link", "add", "name", pre_veth, "type", "veth", "peer", "name", f"otpre{tag}b"])
-    cmd.run(["ovs-vsctl", "add-br", pre_br, "--", "set", "bridge", pre_br, f"datapath_type={datapath}"])
-    run_id = f"killtest-{tag}-{int(time.time())}"
-    proc = None
+@pytest.fixture
+def pin_dir():
+    """A fresh BPF pin dir of this test, removed afterwards (and the pin root if empty)."""
+    path = bpf.PIN_ROOT / f"pytest-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "testbed", "run", "demo", "--native", "--reps", "1", "--run-id", run_id,
-             "--out", str(tmp_path / "out"), "--set", "rate=20 Mbit/s", "--set", "duration=120 s",
-             "--set", f"datapath={datapath}", "--set", "switch=ovs", *extra_sets],
-            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        path = ledger_dir() / f"{run_id}-{proc.pid}.jsonl"
-        deadline = time.monotonic() + 300
-        records: list[dict] = []
-        # Wait (bounded) until the run holds every kind of object: then kill it.
-        while time.monotonic() < deadline:
-            records = _ledger_records(path)
-            kinds = {r.get("kind") for r in records if r.get("type") == "add"}
-            iperf_running = any(r.get("type") == "update" and "pid" in r for r in records) and \
-                any("iperf3" in " ".join(r.get("argv", [])) for r in records if r.get("kind") == "process")
-            if {"netns", "link", "ovs-bridge", "qdisc", "bpf-pin", "process"} <= kinds and iperf_running:
-                break
-            assert proc.poll() is None, f"the run ended early (exit {proc.returncode})"
-            time.sleep(0.2)
-        else:
-            pytest.fail(f"the run did not create all object kinds in time; ledger: {records}")
-        time.sleep(1.0)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
-        records = _ledger_records(path)
-        adds = [r for r in records if r.get("type") == "add"]
-        netns = [r["name"] for r in adds if r["kind"] == "netns"]
-        bridges = [r["name"] for r in adds if r["kind"] == "ovs-bridge"]
-        links = [(r["name"], r.get("netns")) for r in adds if r["kind"] == "link"]
-        pins = [Path(r["path"]) for r in adds if r["kind"] == "bpf-pin"]
-        pids = [(r["pid"], r["start_time"]) for r in records if r.get("type") == "update" and "pid" in r]
-        # The kill really left objects behind (so this test can fail).
-        assert all(netns_exists(n) for n in netns) and netns
-        assert any(cmd.process_start_time(p) == s for p, s in pids)
-
-        clean = run_testbed("clean")
-        assert run_id in clean.stdout, clean.stdout
-
-        assert not [n for n in netns if netns_exists(n)]
-        assert not [b for b in bridges if cmd.ok(["ovs-vsctl", "br-exists", b])]
-        assert not [n for n, ns in links if link_exists(n, ns)]
-        assert not [p for p in pins if p.exists()]
-        assert not [p for p, s in pids if cmd.process_start_time(p) == s]
-        token = netns[0].split("-")[0]
-        veths = cmd.run(["ip", "-o", "link", "show", "type", "veth"]).stdout
-        assert token not in veths
-        assert not list(PIN_ROOT.glob(f"{token}-*")) if PIN_ROOT.exists() else True
-        assert not path.exists()
-        # Objects that existed before the run are untouched.
-        assert link_exists(pre_veth)
-        assert cmd.ok(["ovs-vsctl", "br-exists", pre_br])
+        yield path
     finally:
-        if proc and proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        cmd.run(["ovs-vsctl", "--if-exists", "del-br", pre_br], check=False)
-        cmd.run(["ip", "link", "del", "dev", pre_veth], check=False)
-        helper.teardown()
+        bpf.remove_pin_dir(path)
+        try:
+            bpf.PIN_ROOT.rmdir()  # only if no other run uses it
+        except OSError:
+            pass

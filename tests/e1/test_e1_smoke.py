@@ -14,7 +14,7 @@ takes ~15 minutes. Run it with
 
 import json
 
-from conftest import require_features, require_root, run_testbed, summary_rows
+from helpers import require_features, require_root, run_testbed, summary_rows
 
 DEFINITION = """
 [experiment]

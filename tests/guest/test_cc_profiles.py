@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, require_features, require_root, run_testbed
+from helpers import REPO, require_features, require_root, run_testbed
 from testbed.cc import modules
 from testbed.cc.selection import CcaSelection, Choice, applied
 from testbed.cc.trace import CwndTracer, Sample, netns_inode, per_socket, write_csv

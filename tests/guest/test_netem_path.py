@@ -22,7 +22,7 @@ import subprocess
 
 import pytest
 
-from conftest import require_features, require_root, run_testbed, summary_rows
+from helpers import require_features, require_root, run_testbed, summary_rows
 
 
 def leftovers() -> dict[str, str]:

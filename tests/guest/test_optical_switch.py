@@ -23,7 +23,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from conftest import require_features, require_root
+from helpers import require_features, require_root
 from testbed.ledger import Ledger
 from testbed.net import Emulation
 from testbed.optical import layout

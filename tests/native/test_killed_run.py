@@ -1,7 +1,7 @@
 """A SIGKILLed native run followed by `testbed clean` leaves nothing of that run, and
 leaves alone a veth and an OVS bridge that existed before (OVS userspace datapath)."""
 
-from conftest import killed_run_then_clean, require_features, require_root
+from helpers import killed_run_then_clean, require_features, require_root
 
 
 def test_killed_native_run_is_cleaned(tmp_path):

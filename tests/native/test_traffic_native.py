@@ -9,7 +9,7 @@ import time
 import pytest
 from mininet.topo import Topo
 
-from conftest import require_features, require_root
+from helpers import require_features, require_root
 from testbed.kinds.netem_path import IPERF_PORT, parse_iperf3, wait_listening
 from testbed.ledger import Ledger
 from testbed.net import Emulation, LinkShape
