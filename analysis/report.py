@@ -20,7 +20,10 @@ def generate(results: Path) -> Path:
     out = results / "report"
     out.mkdir(exist_ok=True)
     summary_path = results / "summary.csv"
-    summary = pd.read_csv(summary_path) if summary_path.exists() and summary_path.stat().st_size else pd.DataFrame()
+    try:
+        summary = pd.read_csv(summary_path) if summary_path.exists() else pd.DataFrame()
+    except pd.errors.EmptyDataError:  # every point failed: the report lists the errors only
+        summary = pd.DataFrame()
     figures: list[Path] = []
     tables: list[tuple[str, pd.DataFrame]] = []
     if not summary.empty:

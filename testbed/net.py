@@ -18,9 +18,9 @@ from typing import IO, ClassVar
 
 from mininet.topo import Topo
 
-from testbed import cmd, ovs
+from testbed import cmd, nsops, ovs
 from testbed.errors import LedgerError, TestbedError
-from testbed.ledger import Ledger, link_exists, netns_exists
+from testbed.ledger import Ledger, netns_exists
 from testbed.names import check_ifname, check_node_name
 
 log = logging.getLogger(__name__)
@@ -61,11 +61,8 @@ class Node:
         self.intfs: list[str] = []
 
     def start(self) -> None:
-        if netns_exists(self.netns):
-            raise LedgerError(f"network namespace {self.netns} already exists; not reusing it")
-        self.emu.ledger.add("netns", name=self.netns)
-        cmd.run(["ip", "netns", "add", self.netns])
-        self.run(["ip", "link", "set", "lo", "up"])
+        """Configure the node; its namespace exists (Emulation.create_namespaces)."""
+        nsops.configure_link("lo", self.netns)
 
     def run(self, argv: list[str], *, check: bool = True, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
         """Run ``argv`` inside this node's namespace and wait for it."""
@@ -84,7 +81,12 @@ class Node:
         return proc
 
     def sysctl(self, key: str, value: str | int) -> None:
-        self.run(["sysctl", "-q", "-w", f"{key}={value}"])
+        """Set sysctl ``key`` (dotted) in this node's namespace; raises NsOpsError."""
+        nsops.sysctl_write(self.netns, key, value)
+
+    def sysctl_get(self, key: str) -> str:
+        """Value of sysctl ``key`` in this node's namespace; raises NsOpsError."""
+        return nsops.sysctl_read(self.netns, key)
 
     def new_intf_name(self) -> str:
         return check_ifname(f"{self.name}-eth{len(self.intfs)}")
@@ -99,10 +101,8 @@ class Host(Node):
     kind = "host"
 
     def configure(self) -> None:
-        ip = self.params["ip"]
-        intf = self.intfs[0]
-        self.run(["ip", "addr", "add", str(ip), "dev", intf])
-        self.run(["ip", "route", "add", "default", "dev", intf])
+        nsops.add_address(self.intfs[0], self.netns, str(self.params["ip"]))
+        nsops.set_default_route(self.intfs[0], self.netns)
 
     @property
     def ip(self) -> str:
@@ -256,6 +256,8 @@ class Emulation:
             if cls_name not in SWITCH_CLASSES:
                 raise EmulationError(f"switch {name}: kind {cls_name!r} not in {sorted(SWITCH_CLASSES)}")
             self.nodes[name] = SWITCH_CLASSES[cls_name](self, name, **opts)
+        self.create_namespaces([n.netns for n in self.nodes.values()
+                                if not getattr(n, "in_root_namespace", False)])
         for node in self.nodes.values():
             node.start()
         for a, b, info in self.topo.links(sort=True, withKeys=False, withInfo=True):
@@ -268,33 +270,37 @@ class Emulation:
             self.optical = OpticalFabric(self)
             self.optical.setup()
 
+    def create_namespaces(self, names: list[str]) -> None:
+        """Create network namespaces ``names`` (recorded first) with one ``ip -batch``
+        process: one ``ip netns add`` each cost ~1 s under software emulation.
+        Raises LedgerError, touching nothing, if any of them exists already."""
+        for name in names:
+            if netns_exists(name):
+                raise LedgerError(f"network namespace {name} already exists; not reusing it")
+        for name in names:
+            self.ledger.add("netns", name=name)
+        if names:
+            cmd.run(["ip", "-batch", "-"], input="".join(f"netns add {n}\n" for n in names), timeout=120)
+
     def add_link(self, a: Node, b: Node, info: dict) -> None:
         """A veth pair between ``a`` and ``b`` with each end's shape applied."""
         name_a, name_b = a.new_intf_name(), b.new_intf_name()
         ns_a = None if getattr(a, "in_root_namespace", False) else a.netns
         ns_b = None if getattr(b, "in_root_namespace", False) else b.netns
         for name, ns in ((name_a, ns_a), (name_b, ns_b)):
-            if link_exists(name, ns):
+            if nsops.link_exists(name, ns):
                 raise LedgerError(f"interface {name} already exists; not touching it")
         self.ledger.add("link", name=name_a, netns=ns_a, peer=name_b, peer_netns=ns_b)
-        argv = ["ip", "link", "add", "name", name_a, *(["netns", ns_a] if ns_a else []), "type", "veth",
-                "peer", "name", name_b, *(["netns", ns_b] if ns_b else [])]
-        cmd.run(argv)
+        nsops.add_veth(name_a, ns_a, name_b, ns_b)
         a.intfs.append(name_a)
         b.intfs.append(name_b)
         self.port_links.append((a.name, len(a.intfs) - 1, b.name, len(b.intfs) - 1, dict(info)))
         self.links[f"{a.name}-{b.name}"] = ((name_a, ns_a), (name_b, ns_b))
         for name, ns, shape in ((name_a, ns_a, info.get("shape1", info.get("shape"))),
                                 (name_b, ns_b, info.get("shape2", info.get("shape")))):
-            mtu = info.get("mtu")
-            if mtu:
-                cmd.run(["ip", "link", "set", name, "mtu", str(mtu)], netns=ns)
-            if not self.offloads:
-                # One skb is one packet (shaping and pcaps are per packet); OVS netdev
-                # needs TX checksum offload off on veth.
-                cmd.run(["ethtool", "-K", name, "tso", "off", "gso", "off", "gro", "off", "tx", "off"],
-                        netns=ns, check=False)
-            cmd.run(["ip", "link", "set", name, "up"], netns=ns)
+            # offloads off: one skb is one packet (shaping and pcaps are per packet);
+            # OVS netdev needs TX checksum offload off on veth.
+            nsops.configure_link(name, ns, mtu=info.get("mtu") or None, offloads=self.offloads)
             if shape is not None:
                 apply_shape(self.ledger, name, ns, shape)
 

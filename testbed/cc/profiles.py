@@ -164,9 +164,9 @@ class Profile:
         modules.allow(self.algorithm)
         # 2. namespace sysctls, the default algorithm last
         for key, value in {**s["sysctls"], "net.ipv4.tcp_congestion_control": self.algorithm}.items():
-            old = host.run(["sysctl", "-n", key]).stdout.strip()
+            old = host.sysctl_get(key)
             self._undo.append(("sysctl", host, key, old))
-            host.run(["sysctl", "-q", "-w", f"{key}={value}"])
+            host.sysctl(key, value)
         # 3. route attributes
         if s["route"]:
             attrs = [x for k, v in s["route"].items() for x in (k, *v.split())]
@@ -206,7 +206,7 @@ class Profile:
         kind = step[0]
         if kind == "sysctl":
             _, host, key, old = step
-            host.run(["sysctl", "-q", "-w", f"{key}={old}"], check=False)
+            host.sysctl(key, old)
         elif kind == "route":
             _, host, route = step
             host.run(["ip", "route", "change", *route], check=False)
@@ -232,8 +232,9 @@ class Profile:
 
 def host_mtu(host: Any) -> int:
     """MTU of the host's first interface (bytes)."""
-    out = host.run(["cat", f"/sys/class/net/{host.intfs[0]}/mtu"], check=False).stdout.strip()
-    return int(out) if out.isdigit() else 1500
+    from testbed import nsops
+
+    return nsops.link_mtu(host.intfs[0], host.netns)
 
 
 def host_routes(host: Any) -> list[list[str]]:

@@ -7,6 +7,7 @@ a point).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from testbed import bpf
@@ -14,16 +15,33 @@ from testbed.optical import layout
 from testbed.optical.layout import PortConfig
 
 
+@dataclass
+class NodeConfig:
+    """One node's configuration: model ("electronic", "all-optical", "hybrid", "nic"),
+    n_e buffer ports, its ports, and the ifindex of each port number (optional)."""
+
+    node_id: int
+    model: str
+    n_e: int
+    ports: list[PortConfig]
+    ifindex_of_port: dict[int, int] | None = None
+
+
+def configure_nodes(pin_dir: Path, nodes: list[NodeConfig]) -> None:
+    """Write every node's configuration and (ifindex -> port) entries and reset its
+    state (all ports free, counters zero): one loader call per map, not per node."""
+    bpf.map_update(pin_dir, "optsw_cfg", [(layout.u32_key(n.node_id), layout.node_cfg(n.model, n.n_e, n.ports))
+                                          for n in nodes])
+    bpf.map_update(pin_dir, "optsw_state", [(layout.u32_key(n.node_id), bytes(STATE_SIZE)) for n in nodes])
+    bpf.map_update(pin_dir, "optsw_ifport",
+                   [(layout.ifport_key(n.node_id, ifx), layout.u32_key(port))
+                    for n in nodes for port, ifx in sorted((n.ifindex_of_port or {}).items())])
+
+
 def configure_node(pin_dir: Path, node_id: int, model: str, n_e: int, ports: list[PortConfig],
                    *, ifindex_of_port: dict[int, int] | None = None) -> None:
-    """Write the configuration of node ``node_id`` and its (ifindex -> port) entries,
-    and reset its state (all ports free, counters zero)."""
-    bpf.map_update(pin_dir, "optsw_cfg", [(layout.u32_key(node_id), layout.node_cfg(model, n_e, ports))])
-    bpf.map_update(pin_dir, "optsw_state", [(layout.u32_key(node_id), bytes(STATE_SIZE))])
-    if ifindex_of_port:
-        bpf.map_update(pin_dir, "optsw_ifport",
-                       [(layout.ifport_key(node_id, ifx), layout.u32_key(port))
-                        for port, ifx in sorted(ifindex_of_port.items())])
+    """:func:`configure_nodes` for one node."""
+    configure_nodes(pin_dir, [NodeConfig(node_id, model, n_e, ports, ifindex_of_port)])
 
 
 #: bytes of one optsw_state value (see ebpf/optswitch.h)

@@ -1,0 +1,86 @@
+"""In-process namespace operations (testbed.nsops) against the real kernel: veth pairs
+across namespaces and to the root namespace, offloads, per-namespace sysctls, deletion."""
+
+import os
+import subprocess
+import time
+import uuid
+
+import pytest
+
+from helpers import require_root
+from testbed import cmd, nsops
+
+
+@pytest.fixture
+def two_netns():
+    require_root()
+    tag = uuid.uuid4().hex[:6]
+    names = [f"tbnsops{tag}a", f"tbnsops{tag}b"]
+    for n in names:
+        cmd.run(["ip", "netns", "add", n])
+    try:
+        yield names
+    finally:
+        for n in names:
+            nsops.delete_netns(n)
+
+
+def test_veth_between_namespaces_is_configured(two_netns):
+    a, b = two_netns
+    nsops.add_veth("va", a, "vb", b)
+    nsops.configure_link("va", a, mtu=9050, offloads=False, address="02:00:00:00:00:01", arp=False)
+    nsops.configure_link("vb", b, mtu=9050)
+    nsops.configure_link("vb", b, up=False)
+    assert ",UP" not in cmd.run(["ip", "link", "show", "vb"], netns=b).stdout
+    assert nsops.link_exists("va", a) and not nsops.link_exists("va", b)
+    assert nsops.link_mtu("va", a) == 9050
+    link = cmd.run(["ip", "-d", "link", "show", "va"], netns=a).stdout
+    assert "NOARP" in link and ",UP" in link and "02:00:00:00:00:01" in link
+    k = cmd.run(["ethtool", "-k", "va"], netns=a).stdout
+    for feature in ("tcp-segmentation-offload", "generic-segmentation-offload",
+                    "generic-receive-offload", "tx-checksumming"):
+        assert f"{feature}: off" in k, feature
+    assert "tcp-segmentation-offload: on" in cmd.run(["ethtool", "-k", "vb"], netns=b).stdout
+    with pytest.raises(nsops.NsOpsError, match="already exists"):
+        nsops.add_veth("va", a, "vc", b)
+
+
+def test_peer_in_the_root_namespace(two_netns):
+    a, _ = two_netns
+    root_end = f"tbr{uuid.uuid4().hex[:8]}"
+    nsops.add_veth("vx", a, root_end, None)
+    try:
+        assert nsops.link_exists(root_end, None) and not nsops.link_exists(root_end, a)
+    finally:
+        nsops.delete_link(root_end, None)
+    assert not nsops.link_exists("vx", a)  # the pair went together
+
+
+def test_sysctls_are_per_namespace(two_netns):
+    a, b = two_netns
+    nsops.sysctl_write(a, "net.ipv4.tcp_sack", 0)
+    assert nsops.sysctl_read(a, "net.ipv4.tcp_sack") == "0"
+    assert nsops.sysctl_read(b, "net.ipv4.tcp_sack") == "1"
+    with pytest.raises(nsops.NsOpsError, match="net.ipv4.no_such_key"):
+        nsops.sysctl_write(a, "net.ipv4.no_such_key", 1)
+    with pytest.raises(nsops.NsOpsError, match="dotted"):
+        nsops.sysctl_read(a, "net/../../etc")
+
+
+def test_pids_and_delete(two_netns):
+    a, _ = two_netns
+    proc = subprocess.Popen(["ip", "netns", "exec", a, "sleep", "30"])
+    try:
+        deadline = time.monotonic() + 10  # `ip netns exec` execs sleep in place: same pid
+        while proc.pid not in nsops.netns_pids(a) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proc.pid in nsops.netns_pids(a), "sleep not seen in the namespace"
+        assert os.getpid() not in nsops.netns_pids(a)
+    finally:
+        proc.kill()
+        proc.wait()
+    nsops.delete_netns(a)
+    assert not (nsops.NETNS_RUN_DIR / a).exists()
+    with pytest.raises(nsops.NsOpsError, match=a):
+        nsops.call_in(a, lambda: None)
