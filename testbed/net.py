@@ -64,9 +64,10 @@ class Node:
         """Configure the node; its namespace exists (Emulation.create_namespaces)."""
         nsops.configure_link("lo", self.netns)
 
-    def run(self, argv: list[str], *, check: bool = True, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
-        """Run ``argv`` inside this node's namespace and wait for it."""
-        return cmd.run(argv, check=check, timeout=timeout, netns=self.netns)
+    def run(self, argv: list[str], *, check: bool = True, timeout: float = 30.0,
+            input: str | None = None) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` inside this node's namespace (``input`` on its stdin) and wait."""
+        return cmd.run(argv, check=check, timeout=timeout, netns=self.netns, input=input)
 
     def popen(self, argv: list[str], *, stdout: IO | int | None = subprocess.DEVNULL,
               stderr: IO | int | None = subprocess.STDOUT, stop_signal: int = 15) -> subprocess.Popen:

@@ -10,10 +10,10 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, ContextManager, TypeVar
 
 from testbed import manifest
 from testbed.definition import Definition, Point
@@ -23,6 +23,7 @@ from testbed.ledger import Ledger
 from testbed.results import RunStore, atomic_write, new_run_dir, write_csv, write_json
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class Terminated(BaseException):
@@ -52,6 +53,32 @@ class RunOptions:
     argv: list[str] = field(default_factory=list)
 
 
+class KeptResources:
+    """Context-managed objects kept from one point to the next (e.g. an emulated network
+    that only needs reconfiguring): at most one per key kind, closed when a point asks
+    for a different key, when a point fails, and at the end of the run."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, tuple[Hashable, contextlib.ExitStack, Any]] = {}
+
+    def get(self, kind: str, key: Hashable, factory: Callable[[], ContextManager[T]]) -> T:
+        held = self._held.get(kind)
+        if held is not None and held[0] == key:
+            return held[2]
+        self.drop(kind)
+        stack = contextlib.ExitStack()
+        value = stack.enter_context(factory())
+        self._held[kind] = (key, stack, value)
+        return value
+
+    def drop(self, kind: str | None = None) -> None:
+        """Close the object of ``kind`` (all when None), newest first."""
+        for k in ([kind] if kind is not None else list(self._held)[::-1]):
+            held = self._held.pop(k, None)
+            if held is not None:
+                held[1].close()
+
+
 @dataclass
 class PointContext:
     """What a kind's ``run_point`` gets: the point, its folder, the ledger, helpers."""
@@ -64,6 +91,15 @@ class PointContext:
     pcap_links: list[str]
     pcap_dir: Path
     progress_fn: Any = None
+    kept: KeptResources = field(default_factory=KeptResources)
+    #: the optical fabric's per-port counters, read once when instruments() ends
+    optical_counters: list[dict] | None = None
+
+    def keep(self, kind: str, key: Hashable, factory: Callable[[], ContextManager[T]]) -> T:
+        """The object ``factory()`` entered for ``key``, reused by later points that ask
+        for the same ``kind`` and ``key`` (a different key closes the old one first).
+        The runner closes it when a point fails and at the end of the run."""
+        return self.kept.get(kind, key, factory)
 
     @property
     def tdf(self) -> TimeDilation:
@@ -121,14 +157,15 @@ class PointContext:
     def _record_optical(self, emu: Any) -> None:
         """Optical fabric of ``emu`` (if any): per-port switch counters into
         optical_ports.csv, the fidelity monitor into fidelity.json, and a warning when
-        the p99 lateness is not small (> 10 %) against tau of a 1514 B frame."""
+        the p99 lateness is not small (> 10 %) against tau of the largest frame."""
         fabric = getattr(emu, "optical", None)
         if fabric is None:
             return
-        self.write_csv("optical_ports.csv", fabric.counters())
+        self.optical_counters = fabric.counters()
+        self.write_csv("optical_ports.csv", self.optical_counters)
         mon = fabric.monitor()
         tau = fabric.ref_tau_ns()
-        mon.update({"ref_tau_ns": tau, "tdf": self.tdf.factor,
+        mon.update({"ref_tau_ns": tau, "ref_frame_bytes": fabric.max_frame_bytes(), "tdf": self.tdf.factor,
                     "p99_over_tau": mon["p99_ns"] / tau if tau else None})
         write_json(self.dir / "fidelity.json", mon)
         if tau and mon["p99_ns"] > 0.1 * tau:
@@ -213,16 +250,21 @@ def run_native(defn: Definition, opts: RunOptions, run_id: str, out: Path, needs
     progress = Progress(total=len(points), done=skipped)
     failed = 0
     code = 0
+    kept = KeptResources()
     try:
         with terminate_as_exception():
             for point in todo:
                 progress.start(point)
                 d = store.begin(point)
                 ctx = PointContext(defn, point, d, ledger, token, opts.pcap, out / "pcap",
-                                   progress_fn=progress.note)
+                                   progress_fn=progress.note, kept=kept)
                 t0 = time.monotonic()
                 try:
-                    summary = kind.run_point(ctx)
+                    try:
+                        summary = kind.run_point(ctx)
+                    except BaseException:
+                        kept.drop()  # the next point starts from scratch
+                        raise
                 except TestbedError as exc:
                     failed += 1
                     store.finish(point, None, error=str(exc), wall_s=time.monotonic() - t0)
@@ -238,7 +280,10 @@ def run_native(defn: Definition, opts: RunOptions, run_id: str, out: Path, needs
               file=sys.stderr)
         code = 130 if isinstance(exc, KeyboardInterrupt) else 143
     finally:
-        errors = ledger.teardown()
+        try:
+            kept.drop()
+        finally:
+            errors = ledger.teardown()
         if errors:
             print("teardown incomplete; run `testbed clean`:\n  " + "\n  ".join(errors), file=sys.stderr)
             code = code or 1

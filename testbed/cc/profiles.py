@@ -170,9 +170,9 @@ class Profile:
         # 3. route attributes
         if s["route"]:
             attrs = [x for k, v in s["route"].items() for x in (k, *v.split())]
-            for route in host_routes(host):
-                self._undo.append(("route", host, route))
-                host.run(["ip", "route", "change", *route, *attrs])
+            routes = host_routes(host)
+            self._undo.append(("routes", host, routes))
+            change_routes(host, [[*route, *attrs] for route in routes])
         # 4. initial RTO (sock_ops, per netns)
         if "init_rto" in s:
             pin = PIN_ROOT / f"{host.emu.token}-cc" / host.name
@@ -207,9 +207,9 @@ class Profile:
         if kind == "sysctl":
             _, host, key, old = step
             host.sysctl(key, old)
-        elif kind == "route":
-            _, host, route = step
-            host.run(["ip", "route", "change", *route], check=False)
+        elif kind == "routes":
+            _, host, routes = step
+            change_routes(host, routes)
         elif kind in ("pin", "qdisc"):
             ledger = self._host.emu.ledger
             entry = ledger.entries[step[1]]
@@ -235,6 +235,13 @@ def host_mtu(host: Any) -> int:
     from testbed import nsops
 
     return nsops.link_mtu(host.intfs[0], host.netns)
+
+
+def change_routes(host: Any, routes: list[list[str]]) -> None:
+    """``ip route change ROUTE`` for each of ``routes`` in one ``ip -batch`` process
+    (each process costs ~0.5 s under software emulation). Raises CommandError."""
+    if routes:
+        host.run(["ip", "-batch", "-"], input="".join("route change " + " ".join(r) + "\n" for r in routes))
 
 
 def host_routes(host: Any) -> list[list[str]]:

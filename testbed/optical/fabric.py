@@ -66,6 +66,11 @@ def read_states(pin_dir: Path, n_ports: dict[int, int]) -> dict[int, dict]:
     return out
 
 
+def reset_monitor(pin_dir: Path) -> None:
+    """Zero the fidelity monitor (count, maxima, histogram)."""
+    bpf.map_update(pin_dir, "optsw_monitor", [(layout.u32_key(0), bytes(layout.MONITOR_SIZE))])
+
+
 def read_monitor(pin_dir: Path) -> dict:
     """The fidelity monitor's summary (packets, early, p50_ns, p99_ns, max_ns, mean_ns)."""
     rows = bpf.map_dump(pin_dir, "optsw_monitor")

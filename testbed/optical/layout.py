@@ -29,6 +29,8 @@ _NODE_CFG_HEAD = struct.Struct("<IIII")                 # 16 bytes
 _PORT_STATE = struct.Struct("<12Q")                     # 96 bytes
 _STATE_HEAD = struct.Struct("<IIQQII")                  # lock, occ_next, max_occ, overflow, sel_bi, sel_bo
 _MONITOR_HEAD = struct.Struct("<4Q")
+#: bytes of one optsw_monitor value (struct optsw_monitor in ebpf/optswitch.h)
+MONITOR_SIZE = _MONITOR_HEAD.size + 8 * LATE_BUCKETS
 
 PORT_STATE_FIELDS = ("out_free_ns", "cut", "buffered", "dropped", "bytes", "busy_ns",
                      "max_occ_bytes", "last_dep_ns", "last_rx_real_ns", "last_rx_stamp_ns",

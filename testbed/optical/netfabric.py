@@ -53,6 +53,7 @@ class NodePorts:
     peers: list[str]
     devs: list[str]
     netns: str
+    ifindex_of_port: dict[int, int] | None = None  # known once the programs are attached
 
 
 class OpticalFabric:
@@ -111,7 +112,6 @@ class OpticalFabric:
             script = "".join(f"qdisc replace dev {dev} root fq {' '.join(FQ_OPTS)}\n" for dev in np.devs)
             cmd.run(["tc", "-batch", "-"], input=script, netns=np.netns)
         bpf.optswitch_load(self.pin_dir, ledger=led)
-        configs = []
         for np in self.nodes.values():
             att = bpf.attach_node(led, netns=np.netns, node_id=np.node_id, devs=np.devs,
                                   pin_dir=self.pin_dir, is_switch=np.model != "nic")
@@ -119,11 +119,35 @@ class OpticalFabric:
             ports = [PortConfig(p.ps_per_byte, p.prop_ns, ifx[d], p.peer_host)
                      for p, d in zip(np.ports, np.devs)]
             np.ports = ports
-            configs.append(fabric.NodeConfig(np.node_id, np.model, np.n_e, ports,
-                                             {i: ifx[d] for i, d in enumerate(np.devs)}))
-        fabric.configure_nodes(self.pin_dir, configs)
+            np.ifindex_of_port = {i: ifx[d] for i, d in enumerate(np.devs)}
+        self._write_configs()
         fabric.set_routes(self.pin_dir, self.routes(), flow_hash=any(
             getattr(self.emu.nodes[s], "flow_hash", False) for s in self.switches))
+
+    def _write_configs(self) -> None:
+        fabric.configure_nodes(self.pin_dir, [
+            fabric.NodeConfig(np.node_id, np.model, np.n_e, np.ports, np.ifindex_of_port)
+            for np in self.nodes.values()])
+
+    def reconfigure(self, model: str, n_e: int) -> None:
+        """Give every switch port model ``model`` with ``n_e`` buffer ports and reset
+        the fabric as if new: switch state, counters and the fidelity monitor zeroed.
+        Lets one emulation serve several points (building it costs minutes under
+        software emulation). Raises DefinitionError for an unknown model or n_e."""
+        from testbed.errors import DefinitionError
+        from testbed.net import OpticalSwitch
+
+        if model not in OpticalSwitch.MODELS:
+            raise DefinitionError("switch.model", model, " | ".join(OpticalSwitch.MODELS))
+        if not 0 <= n_e <= layout.MAX_NE:
+            raise DefinitionError("switch.n_e", n_e, f"an integer 0..{layout.MAX_NE}")
+        n_e = 0 if model == "all-optical" else n_e
+        for name in self.switches:
+            node = self.emu.nodes[name]
+            node.model, node.n_e = model, n_e  # type: ignore[attr-defined]
+            self.nodes[name].model, self.nodes[name].n_e = model, n_e
+        self._write_configs()
+        fabric.reset_monitor(self.pin_dir)
 
     def routes(self) -> dict[tuple[int, str], list[int]]:
         """{(switch id, host IPv4): equal-cost output ports} over minimum-hop paths."""
@@ -160,6 +184,12 @@ class OpticalFabric:
         """Fidelity monitor summary: lateness of packets against their stamps (ns)."""
         return fabric.read_monitor(self.pin_dir)
 
-    def ref_tau_ns(self, frame_bytes: int = 1514) -> int:
-        """tau of a ``frame_bytes`` frame at the fastest port of the fabric (emulation ns)."""
-        return min(layout.tau_ns(frame_bytes, p.ps_per_byte) for np in self.nodes.values() for p in np.ports)
+    def max_frame_bytes(self) -> int:
+        """Largest Ethernet frame the fabric's links carry (largest link MTU + 14 B)."""
+        return max((int(info.get("mtu") or 1500) for *_, info in self.emu.port_links), default=1500) + 14
+
+    def ref_tau_ns(self, frame_bytes: int | None = None) -> int:
+        """tau of a ``frame_bytes`` frame (default: the largest the links carry) at the
+        fastest port of the fabric (emulation ns)."""
+        frame = frame_bytes if frame_bytes is not None else self.max_frame_bytes()
+        return min(layout.tau_ns(frame, p.ps_per_byte) for np in self.nodes.values() for p in np.ports)
