@@ -55,8 +55,10 @@ class RunOptions:
 
 class KeptResources:
     """Context-managed objects kept from one point to the next (e.g. an emulated network
-    that only needs reconfiguring): at most one per key kind, closed when a point asks
-    for a different key, when a point fails, and at the end of the run."""
+    that only needs reconfiguring): at most one per kind. Objects kept later may depend
+    on earlier ones (profiles applied inside a network), so replacing or dropping one
+    first closes every object kept after it, newest first. The runner drops them all
+    when a point fails and at the end of the run."""
 
     def __init__(self) -> None:
         self._held: dict[str, tuple[Hashable, contextlib.ExitStack, Any]] = {}
@@ -72,11 +74,15 @@ class KeptResources:
         return value
 
     def drop(self, kind: str | None = None) -> None:
-        """Close the object of ``kind`` (all when None), newest first."""
-        for k in ([kind] if kind is not None else list(self._held)[::-1]):
-            held = self._held.pop(k, None)
-            if held is not None:
-                held[1].close()
+        """Close the object of ``kind`` and those kept after it (all when None), newest
+        first; every one is closed even if an earlier close raises (the first error is
+        re-raised)."""
+        kinds = list(self._held)
+        if kind is not None:
+            kinds = kinds[kinds.index(kind):] if kind in kinds else []
+        with contextlib.ExitStack() as closing:
+            for k in kinds:  # ExitStack closes in reverse: newest first
+                closing.push(self._held.pop(k)[1])
 
 
 @dataclass

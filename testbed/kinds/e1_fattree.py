@@ -100,7 +100,7 @@ class E1FatTree(ExperimentKind):
 
     @classmethod
     def run_point(cls, ctx: PointContext) -> dict[str, Any]:
-        from testbed.cc.profiles import make
+        from testbed.cc.selection import CcaSelection, Choice, applied
         from testbed.traffic import BimodalLognormal, TrafficRun, Window, poisson_schedule
 
         v, D = ctx.point.values, ctx.tdf
@@ -126,32 +126,27 @@ class E1FatTree(ExperimentKind):
         # map configuration, so the namespaces, links and programs are built once.
         emu = ctx.keep("e1-fabric", (v["k"], v["link_length"].si, rate, D.factor), build)
         emu.optical.reconfigure(model, n_e)
-        profiles = []
         hosts = emu.hosts()
         for h in hosts:  # no cached ssthresh/RTT carried from an earlier point's flows
             h.sysctl("net.ipv4.tcp_no_metrics_save", 1)
-        try:
-            settings = {}
-            for h in hosts:
-                prof = make(v["cca"], cls.profile_options(v))
-                settings[h.name] = prof.apply(h, D, link_rate_bps=rate)
-                profiles.append(prof)
-            ctx.write_json("profiles.json", settings)
-            algorithm = profiles[0].algorithm
-            sched = poisson_schedule([h.name for h in hosts], v["load"].si, duration, sizes,
-                                     seed=ctx.point.seed, size_scale=v["size_scale"].si)
-            ctx.write_json("schedule-meta.json", {**sched.meta, "flows": len(sched)})
-            ctx.progress(f"{len(sched)} transfers over {D.time_to_emulation(duration + drain):.3g} s "
-                         f"(emulation), {v['cca']} over {model} switches")
-            with ctx.instruments(emu, count_ports=False):
-                with TrafficRun(emu, hosts, sched, algorithm, ctx.dir / "traffic", D,
-                                window=Window(warmup_s=warmup, length_s=window),
-                                duration_s=duration + drain, granularities_s=(window / 20,)) as run:
-                    run.wait()
-            counters = ctx.optical_counters or []
-        finally:
-            for prof in reversed(profiles):
-                prof.undo()
+        # Profiles hold no per-point state: points with the same CCA settings share them.
+        options = cls.profile_options(v)
+        choice = Choice(v["cca"], options)
+        settings = ctx.keep("e1-profiles", (id(emu), v["cca"], repr(sorted(options.items()))),
+                            lambda: applied(emu, CcaSelection(choice), D, rate))
+        ctx.write_json("profiles.json", settings)
+        algorithm = choice.make().algorithm
+        sched = poisson_schedule([h.name for h in hosts], v["load"].si, duration, sizes,
+                                 seed=ctx.point.seed, size_scale=v["size_scale"].si)
+        ctx.write_json("schedule-meta.json", {**sched.meta, "flows": len(sched)})
+        ctx.progress(f"{len(sched)} transfers over {D.time_to_emulation(duration + drain):.3g} s "
+                     f"(emulation), {v['cca']} over {model} switches")
+        with ctx.instruments(emu, count_ports=False):
+            with TrafficRun(emu, hosts, sched, algorithm, ctx.dir / "traffic", D,
+                            window=Window(warmup_s=warmup, length_s=window),
+                            duration_s=duration + drain, granularities_s=(window / 20,)) as run:
+                run.wait()
+        counters = ctx.optical_counters or []
         res = run.result
         if res is None:
             from testbed.traffic import TrafficError
