@@ -83,3 +83,41 @@ def test_clean_skips_a_live_run_and_finishes_a_dead_one(tmp_path):
     finally:
         victim.kill()
         victim.wait()
+
+
+def test_devices_inside_deleted_namespaces_are_not_removed_one_by_one(monkeypatch):
+    """A netns teardown takes its devices and qdiscs along: only what has an end outside
+    the namespaces being deleted gets its own handler call; a second teardown (archived
+    ledger) is a no-op."""
+    from testbed import ledger as ledger_mod
+
+    calls: list[tuple[str, str]] = []
+    for kind in ("netns", "link", "qdisc"):
+        monkeypatch.setitem(ledger_mod.TEARDOWN, kind,
+                            lambda e, led, k=kind: calls.append((k, e.attrs.get("name") or e.attrs["dev"])))
+    led = Ledger.create("r-inside")
+    led.add("netns", name="nsA")
+    led.add("netns", name="nsB")
+    led.add("link", name="a0", netns="nsA", peer="b0", peer_netns="nsB")      # wholly inside
+    led.add("link", name="a1", netns="nsA", peer="root1", peer_netns=None)    # one end in root
+    led.add("qdisc", dev="a0", netns="nsA", parent="root")                    # inside
+    led.add("qdisc", dev="root1", netns=None, parent="root")                  # root namespace
+    assert led.teardown() == []
+    assert calls == [("qdisc", "root1"), ("link", "a1"), ("netns", "nsB"), ("netns", "nsA")]
+    assert all(e.gone for e in led.entries)
+    assert led.teardown() == []  # already archived: nothing to do, no warning
+
+
+def test_partial_teardown_of_a_kept_namespace_removes_its_devices(monkeypatch):
+    """Teardown since a later seq (a point's objects) does not skip devices whose
+    namespace stays (the namespace is not part of that teardown)."""
+    from testbed import ledger as ledger_mod
+
+    calls: list[str] = []
+    monkeypatch.setitem(ledger_mod.TEARDOWN, "qdisc", lambda e, led: calls.append(e.attrs["dev"]))
+    monkeypatch.setitem(ledger_mod.TEARDOWN, "netns", lambda e, led: calls.append(e.attrs["name"]))
+    led = Ledger.create("r-partial")
+    led.add("netns", name="nsA")
+    seq = led.add("qdisc", dev="a0", netns="nsA", parent="root")
+    assert led.teardown(since=seq) == []
+    assert calls == ["a0"]
