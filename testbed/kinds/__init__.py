@@ -40,9 +40,10 @@ class ExperimentKind:
 
 def _registry() -> dict[str, type[ExperimentKind]]:
     from testbed.kinds.e1_fattree import E1FatTree
+    from testbed.kinds.e3_leafspine import E3LeafSpine
     from testbed.kinds.netem_path import NetemPath
 
-    return {k.name: k for k in (NetemPath, E1FatTree)}
+    return {k.name: k for k in (NetemPath, E1FatTree, E3LeafSpine)}
 
 
 KINDS: dict[str, type[ExperimentKind]] = _registry()

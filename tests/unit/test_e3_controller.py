@@ -1,0 +1,269 @@
+"""E3 controller logic without OpenFlow: schedulers with a fake clock, the flow tables
+wanted for an OSS state, and the REST API served in-process on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+import pytest
+
+from controllers.core import ControllerCore
+from controllers.fabric import Circuit, Fabric, desired_flows, desired_ports
+from controllers.rest import RestApp
+from controllers.schedulers import DTScheduler, OnDemandScheduler, SchedulerError, UTScheduler
+
+
+class FakeClock:
+    def __init__(self, t: float = 100.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def small_fabric(paths: str = "single") -> Fabric:
+    """2 spines, 4 ToRs in clusters of 2, 2 hosts per ToR; port numbers as OVS would
+    give them (hosts 1-2, uplinks 3-4, special leaf-spine 5, special OSS 6)."""
+    tors = ["t0", "t1", "t2", "t3"]
+    hosts, uplinks, special = {}, {}, {}
+    spine_port = {"s0": 0, "s1": 0}
+    oss_port = 0
+    for ti, t in enumerate(tors):
+        for i in range(2):
+            hosts[f"h{ti}x{i}"] = {"ip": f"10.0.{ti}.{i + 1}", "tor": t, "port": i + 1}
+        uplinks[t] = {}
+        for si, s in enumerate(("s0", "s1")):
+            spine_port[s] += 1
+            uplinks[t][s] = [3 + si, spine_port[s]]
+        s = f"s{ti % 2}"
+        spine_port[s] += 1
+        oss_port += 1
+        special[t] = {"spine": s, "ls": [5, spine_port[s]], "oss": [6, oss_port]}
+    return Fabric(tors=tors, spines=["s0", "s1"], oss="oss", cluster={"t0": 0, "t1": 0, "t2": 1, "t3": 1},
+                  hosts=hosts, uplinks=uplinks, special=special, paths=paths)
+
+
+PAIRS = [("t0", "t2"), ("t1", "t3")]
+
+
+# -- UT / DT -------------------------------------------------------------------------
+def test_ut_rotates_tor_pairs_every_epoch_share():
+    clock = FakeClock(50.0)
+    ut = UTScheduler(clock, PAIRS + [("t0", "t3")], sse_s=9.0)
+    assert ut.share_s == pytest.approx(3.0)
+    holders = []
+    for k in range(7):
+        now = 50.0 + 3.0 * k + 1.5          # middle of each share
+        (c,) = ut.circuits(now)
+        assert c.pairs is None               # UT: all traffic of the pair
+        holders.append((c.a, c.b))
+        assert ut.next_change(now) == pytest.approx(50.0 + 3.0 * (k + 1))
+    assert holders == [("t0", "t2"), ("t1", "t3"), ("t0", "t3")] * 2 + [("t0", "t2")]
+    # just before and at a share boundary
+    assert next(iter(ut.circuits(52.999))).a == "t0"
+    assert (next(iter(ut.circuits(53.0))).a, next(iter(ut.circuits(53.0))).b) == ("t1", "t3")
+
+
+def test_ut_rejects_bad_configuration():
+    with pytest.raises(SchedulerError, match="sse"):
+        UTScheduler(FakeClock(), PAIRS, sse_s=0)
+    with pytest.raises(SchedulerError, match="pair"):
+        UTScheduler(FakeClock(), [], sse_s=10)
+
+
+def test_dt_never_places_a_mouse_on_the_oss():
+    fab = small_fabric()
+    elephant = ("10.0.0.1", "10.0.2.1")
+    mice = [("10.0.0.2", "10.0.2.2"), ("10.0.1.2", "10.0.3.2")]
+    dt = DTScheduler(FakeClock(0.0), PAIRS, sse_s=4.0, elephants={("t0", "t2"): [elephant]})
+    seen_elephant = False
+    for k in range(8):
+        state = dt.circuits(0.5 + k)
+        for c in state:
+            assert c.pairs is not None and not set(mice) & c.pairs
+            seen_elephant |= elephant in c.pairs
+        tables = desired_flows(fab, state)
+        oss_ports = {fab.special[t]["oss"][0] for t in fab.tors}
+        for t in fab.tors:
+            for f in tables[t]:
+                m = dict(f.match)
+                if f.out in oss_ports:
+                    # only the elephant's addresses, in either direction, are steered to the OSS
+                    assert (m.get("ipv4_src"), m.get("ipv4_dst")) in {elephant, elephant[::-1]}, f
+    assert seen_elephant
+
+
+# -- on demand ---------------------------------------------------------------------------
+def on_demand(clock: FakeClock) -> OnDemandScheduler:
+    fab = small_fabric()
+    return OnDemandScheduler(clock, {h["ip"]: h["tor"] for h in fab.hosts.values()}, fab.cluster)
+
+
+def test_on_demand_queues_overlapping_requests_and_releases_on_completion():
+    clock = FakeClock(10.0)
+    od = on_demand(clock)
+    r1 = od.request("10.0.0.1", "10.0.2.1")            # t0 <-> t2
+    r2 = od.request("10.0.0.2", "10.0.2.2")            # same circuit: joins it
+    r3 = od.request("10.0.0.1", "10.0.3.1")            # t0 busy with t2: queues
+    r4 = od.request("10.0.1.1", "10.0.3.1")            # t1 <-> t3: free ports, granted
+    assert [r.state for r in (r1, r2, r3, r4)] == ["granted", "granted", "queued", "granted"]
+    state = od.circuits(clock())
+    assert {(c.a, c.b) for c in state} == {("t0", "t2"), ("t1", "t3")}
+    assert next(c for c in state if c.a == "t0").pairs == {("10.0.0.1", "10.0.2.1"), ("10.0.0.2", "10.0.2.2")}
+    clock.t = 20.0
+    od.release(r1.id)
+    assert r3.state == "queued"                        # t0 <-> t2 still held by r2
+    od.release(r4.id)
+    assert r3.state == "queued"                        # t3 free now, t0 still busy
+    clock.t = 30.0
+    od.release(r2.id)
+    assert r3.state == "granted" and r3.granted == 30.0
+    assert {(c.a, c.b) for c in od.circuits(clock())} == {("t0", "t3")}
+    od.release(r3.id)
+    assert od.circuits(clock()) == frozenset()
+    with pytest.raises(SchedulerError) as exc:
+        od.release(r3.id)
+    assert exc.value.status == 409
+
+
+def test_on_demand_rejects_bad_requests():
+    od = on_demand(FakeClock())
+    with pytest.raises(SchedulerError, match="not a host address"):
+        od.request("10.9.9.9", "10.0.2.1")
+    with pytest.raises(SchedulerError, match="same cluster"):
+        od.request("10.0.0.1", "10.0.1.1")
+    with pytest.raises(SchedulerError) as exc:
+        od.release(42)
+    assert exc.value.status == 404
+
+
+# -- flow tables -------------------------------------------------------------------------
+def test_circuit_moves_the_special_link_and_keeps_every_pair_connected():
+    fab = small_fabric()
+    state = frozenset({Circuit("t0", "t2", None)})
+    ports = desired_ports(fab, state)
+    assert ports[("t0", 6)] and not ports[("t0", 5)]          # t0's special link is on the OSS
+    assert ports[("t1", 5)] and not ports[("t1", 6)]          # t1's is in the leaf-spine
+    tables = desired_flows(fab, state)
+    oss = {dict(f.match)["in_port"]: f.out for f in tables["oss"]}
+    assert oss == {fab.special["t0"]["oss"][1]: fab.special["t2"]["oss"][1],
+                   fab.special["t2"]["oss"][1]: fab.special["t0"]["oss"][1]}
+    for paths in ("single", "spread"):
+        fab = small_fabric(paths)
+        for st in (frozenset(), state):
+            tables = desired_flows(fab, st)
+            for name, h in fab.hosts.items():   # every ToR has a route to every host
+                for t in fab.tors:
+                    outs = [f for f in tables[t] if dict(f.match).get("ipv4_dst") == h["ip"]]
+                    assert outs, (paths, t, name)
+                    assert all(ports_ok(fab, t, f.out, st) for f in outs)
+
+
+def ports_ok(fab: Fabric, tor: str, port: object, state: frozenset) -> bool:
+    """A flow never outputs to a special port that is down in ``state``."""
+    return desired_ports(fab, state).get((tor, port), True) if isinstance(port, int) else True
+
+
+def test_no_circuit_means_no_oss_flow():
+    tables = desired_flows(small_fabric(), frozenset())
+    assert tables["oss"] == frozenset()
+
+
+# -- REST ---------------------------------------------------------------------------------
+class Quiet(WSGIRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def api():
+    """The REST app over an on-demand core, served on 127.0.0.1 (ephemeral port)."""
+    fab = small_fabric()
+    clock = FakeClock()
+    sched = OnDemandScheduler(clock, {h["ip"]: h["tor"] for h in fab.hosts.values()}, fab.cluster)
+    core = ControllerCore(fab, sched, clock)
+    core.ready_switches = set(fab.switches())
+    server = make_server("127.0.0.1", 0, RestApp(core), handler_class=Quiet)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}", core
+    server.shutdown()
+    server.server_close()
+
+
+def call(base: str, method: str, path: str, body: bytes | None = None) -> tuple[int, dict]:
+    req = urllib.request.Request(base + path, data=body, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_rest_reserve_and_release(api):
+    base, core = api
+    code, r = call(base, "POST", "/reservations", json.dumps({"src": "10.0.0.1", "dst": "10.0.2.1"}).encode())
+    assert code == 201 and r["state"] == "granted" and r["tors"] == ["t0", "t2"] and not r["installed"]
+    core.applied_state = core.wanted()              # what the app does after the barriers
+    assert call(base, "GET", f"/reservations/{r['id']}") == (200, {**r, "installed": True})
+    code, s = call(base, "GET", "/status")
+    assert code == 200 and s["ready"] and s["circuits"][0]["a"] == "t0"
+    code, r2 = call(base, "DELETE", f"/reservations/{r['id']}")
+    assert code == 200 and r2["state"] == "released"
+
+
+@pytest.mark.parametrize("method,path,body,status,needle", [
+    ("POST", "/reservations", b"{not json", 400, "not JSON"),
+    ("POST", "/reservations", b"[1, 2]", 400, "JSON object"),
+    ("POST", "/reservations", b'{"src": "10.0.0.1"}', 400, "body must be"),
+    ("POST", "/reservations", b'{"src": "10.0.0.1", "dst": "10.0.1.1"}', 400, "same cluster"),
+    ("POST", "/reservations", b'{"src": "1.2.3.4", "dst": "10.0.2.1"}', 400, "not a host address"),
+    ("GET", "/reservations/77", None, 404, "no reservation 77"),
+    ("DELETE", "/reservations/abc", None, 400, "not a positive integer"),
+    ("PUT", "/reservations", b"{}", 405, "not allowed"),
+    ("GET", "/nothing", None, 404, "no resource"),
+])
+def test_rest_invalid_requests_get_4xx_with_a_message(api, method, path, body, status, needle):
+    base, _ = api
+    code, r = call(base, method, path, body)
+    assert code == status and needle in r["error"], r
+
+
+def test_rest_reservation_refused_under_a_time_scheduler():
+    fab = small_fabric()
+    core = ControllerCore(fab, UTScheduler(FakeClock(), PAIRS, 10.0), FakeClock())
+    core.ready_switches = set(fab.switches())
+    status, body = [], []
+    app = RestApp(core)
+    env = {"REQUEST_METHOD": "POST", "PATH_INFO": "/reservations", "CONTENT_LENGTH": "40",
+           "wsgi.input": __import__("io").BytesIO(b'{"src": "10.0.0.1", "dst": "10.0.2.1"} ')}
+    body = b"".join(app(env, lambda s, h: status.append(s)))
+    assert status[0].startswith("409") and b"takes no reservations" in body
+
+
+def test_reconfiguration_log_lines(tmp_path):
+    fab = small_fabric()
+    clock = FakeClock(5.0)
+    core = ControllerCore(fab, UTScheduler(clock, PAIRS, 2.0), clock, log_path=tmp_path / "r.jsonl")
+    core.applied(core.wanted(), reason="epoch", t_start=5.0, t_done=5.01, flow_mods=6, port_mods=4)
+    clock.t = 6.0
+    core.applied(core.wanted(), reason="epoch", t_start=6.0, t_done=6.02, flow_mods=12, port_mods=8)
+    core.close()
+    lines = [json.loads(x) for x in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert [x["added"] for x in lines] == [["t0-t2"], ["t1-t3"]]
+    assert lines[1]["removed"] == ["t0-t2"] and lines[1]["t_start"] == 6.0
+
+
+def test_controller_listeners_never_on_a_wildcard_address():
+    from controllers.runner import check_mgmt_host
+    from testbed.errors import DefinitionError
+
+    assert check_mgmt_host("127.0.0.1") == "127.0.0.1"
+    for bad in ("0.0.0.0", "", "localhost", "::"):
+        with pytest.raises(DefinitionError, match="controller.host"):
+            check_mgmt_host(bad)
