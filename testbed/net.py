@@ -92,6 +92,10 @@ class Node:
     def new_intf_name(self) -> str:
         return check_ifname(f"{self.name}-eth{len(self.intfs)}")
 
+    def shape_port(self, intf: str, shape: "LinkShape") -> None:
+        """Apply ``shape`` (HTB + netem) to this node's port ``intf``."""
+        apply_shape(self.emu.ledger, intf, self.netns, shape)
+
     def configure(self) -> None:
         """Called once all links exist."""
 
@@ -142,6 +146,10 @@ class OVSSwitch(Switch):
     kind = "ovs"
     in_root_namespace = True
 
+    def __init__(self, emu: "Emulation", name: str, **params: object) -> None:
+        super().__init__(emu, name, **params)
+        self._pending_shapes: dict[str, LinkShape] = {}
+
     @property
     def bridge(self) -> str:
         return check_ifname(f"{self.emu.token}{self.name}")
@@ -159,9 +167,17 @@ class OVSSwitch(Switch):
     def new_intf_name(self) -> str:
         return check_ifname(f"{self.emu.token}{self.name}p{len(self.intfs) + 1}")
 
+    def shape_port(self, intf: str, shape: "LinkShape") -> None:
+        # ovs-vswitchd resets the root qdisc of a port without QoS when it joins the
+        # bridge (and at later reconfigurations): shape it after add_port, below.
+        self._pending_shapes[intf] = shape
+
     def configure(self) -> None:
         for n, intf in enumerate(self.intfs, start=1):
-            ovs.add_port(self.bridge, intf, ofport=n)
+            # QoS linux-noop: OVS leaves the port's qdisc (our shape) alone
+            ovs.add_port(self.bridge, intf, ofport=n, keep_qdisc=True)
+            if intf in self._pending_shapes:
+                apply_shape(self.emu.ledger, intf, None, self._pending_shapes.pop(intf))
 
 
 class OpticalSwitch(Switch):
@@ -297,13 +313,13 @@ class Emulation:
         b.intfs.append(name_b)
         self.port_links.append((a.name, len(a.intfs) - 1, b.name, len(b.intfs) - 1, dict(info)))
         self.links[f"{a.name}-{b.name}"] = ((name_a, ns_a), (name_b, ns_b))
-        for name, ns, shape in ((name_a, ns_a, info.get("shape1", info.get("shape"))),
-                                (name_b, ns_b, info.get("shape2", info.get("shape")))):
+        for node, name, ns, shape in ((a, name_a, ns_a, info.get("shape1", info.get("shape"))),
+                                      (b, name_b, ns_b, info.get("shape2", info.get("shape")))):
             # offloads off: one skb is one packet (shaping and pcaps are per packet);
             # OVS netdev needs TX checksum offload off on veth.
             nsops.configure_link(name, ns, mtu=info.get("mtu") or None, offloads=self.offloads)
             if shape is not None:
-                apply_shape(self.ledger, name, ns, shape)
+                node.shape_port(name, shape)
 
     def teardown(self) -> None:
         errors = self.ledger.teardown(since=self._first_seq)

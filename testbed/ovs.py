@@ -87,8 +87,14 @@ def add_bridge(ledger: Ledger, name: str, *, datapath: str, fail_mode: str = "st
     vsctl(*args)
 
 
-def add_port(bridge: str, port: str, ofport: int | None = None) -> None:
+def add_port(bridge: str, port: str, ofport: int | None = None, *, keep_qdisc: bool = False) -> None:
+    """Add ``port`` to ``bridge`` (OpenFlow port number ``ofport`` if given). With
+    ``keep_qdisc`` the port gets QoS type linux-noop: without any QoS, ovs-vswitchd
+    replaces the port's root qdisc (and so any shaping) when the port joins, and again
+    at later reconfigurations."""
     args = ["add-port", bridge, port]
     if ofport is not None:
         args += ["--", "set", "interface", port, f"ofport_request={ofport}"]
+    if keep_qdisc:
+        args += ["--", "set", "port", port, "qos=@noop", "--", "--id=@noop", "create", "qos", "type=linux-noop"]
     vsctl(*args)

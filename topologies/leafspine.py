@@ -113,33 +113,3 @@ class LeafSpine(Topo):
             self.addLink(tor, spine[t % spines], kind="special-ls", **lopts)
             self.addLink(tor, oss, kind="special-oss", **lopts)
 
-
-def keep_ovs_shapes(emu: Any) -> int:
-    """Re-apply the link shapes at the Open vSwitch ends of a built ``Emulation``.
-
-    ovs-vswitchd replaces the root qdisc of every port that has no QoS configured
-    (netdev-linux resets it to the default when a port is added and at every
-    reconfiguration), so the HTB that ``Emulation`` put on a switch's port ends is gone
-    once the port is on its bridge: only the host ends stay shaped. Every OVS port
-    therefore gets the QoS type ``linux-noop`` ("leave the qdisc alone"), and then the
-    link's shape is applied again (recorded in the ledger). Returns the ports reshaped.
-    """
-    from testbed import ovs
-    from testbed.net import OVSSwitch, apply_shape
-
-    switches = [n for n in emu.nodes.values() if isinstance(n, OVSSwitch)]
-    args = ["--id=@noop", "create", "qos", "type=linux-noop"]
-    for sw in switches:
-        for intf in sw.intfs:
-            args += ["--", "set", "port", intf, "qos=@noop"]
-    if switches:
-        ovs.vsctl(*args)
-    n = 0
-    for a, ia, b, ib, info in emu.port_links:
-        for node, idx, key in ((a, ia, "shape1"), (b, ib, "shape2")):
-            sw = emu.nodes[node]
-            shape = info.get(key, info.get("shape"))
-            if isinstance(sw, OVSSwitch) and shape is not None:
-                apply_shape(emu.ledger, sw.intfs[idx], None, shape)
-                n += 1
-    return n

@@ -93,7 +93,7 @@ class E3LeafSpine(ExperimentKind):
         from controllers.runner import ControllerRunner
         from testbed.net import Emulation, LinkShape
         from testbed.traffic import TrafficError, TrafficRun
-        from topologies.leafspine import LeafSpine, keep_ovs_shapes
+        from topologies.leafspine import LeafSpine
 
         v, D = ctx.point.values, ctx.tdf
         scale = v["scale"].si
@@ -114,7 +114,6 @@ class E3LeafSpine(ExperimentKind):
         sse_emu = D.time_to_emulation(v["sse"].si)
         timeout = v["timeout"].si
         with Emulation(topo, ctx.ledger, ctx.token) as emu:
-            keep_ovs_shapes(emu)   # OVS replaced the qdiscs of its ports
             hosts = [emu[h] for h in used]
             for h in hosts:
                 h.sysctl("net.ipv4.tcp_timestamps", 0)   # 1460 B payload in a 1500 B MTU (paper)
