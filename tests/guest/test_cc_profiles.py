@@ -56,6 +56,7 @@ MEASURED: dict[str, dict] = {}
 SAW_RATE_BPS, SAW_DELAY_S, SAW_LOSS = 12e6, 0.5e-3, 0.03
 # SACK / mSACK path: 160 Mbit/s, 0.25 ms one way (RTT 10 ms emulated), 3 % loss.
 MS_RATE_BPS, MS_DELAY_S, MS_LOSS = 160e6, 0.25e-3, 0.03
+MS_TRANSFERS_S = (20, 10, 10, 10)   # mSACK transfers until the trace holds 3 RTOs
 
 
 def setup_module() -> None:
@@ -224,7 +225,14 @@ def test_msack_and_sack_side_by_side(tracer, ledger):
             t_connect = int(syn.stdout.split()[0]) / 1e9
             t0 = now_s()
             # one after the other: mSACK's exponential growth would starve SACK's ACKs
-            transfer(h1, h2, 5211, 20).wait(timeout=240)   # mSACK sends h1 -> h2 (20 s: >= 3 RTOs at 3 % loss)
+            # mSACK sends h1 -> h2. At 3 % loss RTOs come at random (one 20 s transfer saw
+            # 2 to 4), so further 10 s transfers follow until the trace holds 3 of them.
+            # (Killing a transfer early leaves an orphan mSACK socket draining a large
+            # window, which starves the SACK transfer below.)
+            for seconds in MS_TRANSFERS_S:
+                transfer(h1, h2, 5211, seconds).wait(timeout=240)
+                if len(all_rto_halvings(tracer.samples, 5211, t0)) >= 3:
+                    break
             transfer(h2, h1, 5212, 12).wait(timeout=200)   # SACK sends h2 -> h1
     syn_rtos = sorted(s.t_s for s in tracer.samples if s.dst == "10.0.0.99" and s.event == "rto")
     assert syn_rtos, "no RTO of the unanswered SYN was traced"
@@ -239,9 +247,10 @@ def test_msack_and_sack_side_by_side(tracer, ledger):
     sk = data_socket([s for s in est if s.dport == 5212])
 
     # -- mSACK: RTO halves cwnd; dupACKs keep it; growth one segment per segment ---------
-    halvings = [(a.cwnd, b.cwnd) for a, b in zip(ms, ms[1:]) if a.event == "rto" and b.event == "retrans"]
+    halvings = all_rto_halvings(tracer.samples, 5211, t0)
     dup = triple_dupacks(ms)
-    growth, acked = exponential_growth(ms)
+    growth, acked = map(sum, zip(*(exponential_growth(sock) for _, sock in per_socket(
+        [x for x in est if x.dport == 5211]))))
     # -- SACK: RTO -> 1; three dupACKs -> about half ---------------------------------------
     sack_rto = [(a.cwnd, b.cwnd) for a, b in zip(sk, sk[1:]) if a.event == "rto" and b.event == "retrans"]
     recoveries = fast_recoveries(sk)
@@ -261,7 +270,9 @@ def test_msack_and_sack_side_by_side(tracer, ledger):
     assert dup, "no triple-dupACK event seen for mSACK"
     for before, after in dup:
         assert after >= before, (before, after)
-    assert acked > 50 and growth >= 0.8 * acked, (growth, acked)
+    # cwnd-limited ACKs in the open state come mostly from slow starts (a grown mSACK
+    # window is rarely full): 20 segments separate growth ~ acked from ~ acked / cwnd
+    assert acked >= 20 and growth >= 0.8 * acked, (growth, acked)
     assert sack_rto, "no RTO seen for SACK"
     for before, after in sack_rto:
         assert after == 1, (before, after)
@@ -272,6 +283,17 @@ def test_msack_and_sack_side_by_side(tracer, ledger):
     assert init_rto == pytest.approx(0.020)
     assert init_rto * 0.95 <= syn_init_rto <= init_rto + HZ_JIFFY_S, (syn_init_rto, syn_rtos)
     assert first_syn_rto >= init_rto * 0.95, first_syn_rto
+
+
+def rto_halvings(samples: list[Sample]) -> list[tuple[int, int]]:
+    """(cwnd before, cwnd after) around each RTO: the RTO sample and the retransmission."""
+    return [(a.cwnd, b.cwnd) for a, b in zip(samples, samples[1:]) if a.event == "rto" and b.event == "retrans"]
+
+
+def all_rto_halvings(samples: list[Sample], dport: int, since: float) -> list[tuple[int, int]]:
+    """rto_halvings over every established socket towards ``dport`` since ``since``."""
+    est = [x for x in list(samples) if x.t_s >= since and x.tcp_state == "established" and x.dport == dport]
+    return [h for _, sock in per_socket(est) for h in rto_halvings(sock)]
 
 
 def triple_dupacks(samples: list[Sample]) -> list[tuple[int, int]]:
