@@ -12,7 +12,7 @@ PYTEST  := $(PY) -m pytest
 GUEST_OPTS ?=
 
 help:
-	@echo "make run    - set up, build, run the main demo (E1, about 20 min), print where its report is"
+	@echo "make run    - set up, build, run the main demo (E1, about 12 min), print where its report is"
 	@echo "make test   - set up, build, run all test tiers (unit, BPF, native, guest)"
 	@echo "make reproduce-e1 - the paper's E1 sweep at k = 4 (long: about 13 hours on 2 cores)"
 	@echo "make bench  - benchmarks (all areas; AREAS="switch traffic" for some)"
