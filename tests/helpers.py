@@ -7,7 +7,6 @@ session shadow each other in sys.modules, which broke the guest tier once."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -20,6 +19,7 @@ import pytest
 from testbed import cmd, ovs
 from testbed.bpf import PIN_ROOT
 from testbed.ledger import Ledger, ledger_dir, link_exists, netns_exists
+from testbed.traffic.records import read_jsonl
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -58,18 +58,6 @@ def summary_rows(out: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def _ledger_records(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            pass
-    return out
-
-
 def killed_run_then_clean(tmp_path: Path, datapath: str, extra_sets: list[str]) -> None:
     """SIGKILL a running demo mid-experiment, run `testbed clean`, and check that no
     object of that run is left while pre-existing objects of the same kinds survive."""
@@ -92,7 +80,7 @@ def killed_run_then_clean(tmp_path: Path, datapath: str, extra_sets: list[str]) 
         records: list[dict] = []
         # Wait (bounded) until the run holds every kind of object: then kill it.
         while time.monotonic() < deadline:
-            records = _ledger_records(path)
+            records = read_jsonl(path)
             kinds = {r.get("kind") for r in records if r.get("type") == "add"}
             iperf_running = any(r.get("type") == "update" and "pid" in r for r in records) and \
                 any("iperf3" in " ".join(r.get("argv", [])) for r in records if r.get("kind") == "process")
@@ -105,7 +93,7 @@ def killed_run_then_clean(tmp_path: Path, datapath: str, extra_sets: list[str]) 
         time.sleep(1.0)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
-        records = _ledger_records(path)
+        records = read_jsonl(path)
         adds = [r for r in records if r.get("type") == "add"]
         netns = [r["name"] for r in adds if r["kind"] == "netns"]
         bridges = [r["name"] for r in adds if r["kind"] == "ovs-bridge"]

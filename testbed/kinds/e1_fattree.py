@@ -129,10 +129,11 @@ class E1FatTree(ExperimentKind):
         hosts = emu.hosts()
         for h in hosts:  # no cached ssthresh/RTT carried from an earlier point's flows
             h.sysctl("net.ipv4.tcp_no_metrics_save", 1)
-        # Profiles hold no per-point state: points with the same CCA settings share them.
+        # Profiles hold no per-point state: points with the same CCA settings share them
+        # (a new fabric first drops the profiles kept after the old one).
         options = cls.profile_options(v)
         choice = Choice(v["cca"], options)
-        settings = ctx.keep("e1-profiles", (id(emu), v["cca"], repr(sorted(options.items()))),
+        settings = ctx.keep("e1-profiles", (v["cca"], repr(sorted(options.items()))),
                             lambda: applied(emu, CcaSelection(choice), D, rate))
         ctx.write_json("profiles.json", settings)
         algorithm = choice.make().algorithm
