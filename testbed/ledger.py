@@ -15,12 +15,14 @@ processes are killed only when PID *and* start time match on the same boot.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,6 +59,7 @@ class Ledger:
         self.header = header
         self.entries = entries
         self._bpf_pin_dirs: set[str] = {e.attrs.get("path", "") for e in entries if e.kind == "bpf-pin"}
+        self.archived = False
 
     @property
     def run_id(self) -> str:
@@ -82,6 +85,8 @@ class Ledger:
         return cls(path, header, [])
 
     def _append(self, record: dict) -> None:
+        if self.archived:
+            raise LedgerError(f"ledger {self.run_id} was torn down and archived; cannot record {record}")
         with open(self.path, "a") as f:
             f.write(json.dumps(record) + "\n")
             f.flush()
@@ -147,13 +152,15 @@ class Ledger:
                     and cmd.process_start_time(pid) == self.header.get("pid_start"))
 
     # -- teardown ------------------------------------------------------------------
-    def teardown(self, since: int = 0) -> list[str]:
+    def teardown(self, since: int = 0, *, archive: bool = True) -> list[str]:
         """Remove live objects with seq >= ``since`` in reverse creation order.
 
         Returns error texts (empty when all went). Each handler is idempotent and checks
-        identity first; an object already gone is just marked gone. When the whole
-        ledger is gone its file is archived into the run's results folder
-        (``logs/ledger.jsonl``) or deleted.
+        identity first; an object already gone is just marked gone. With ``archive``,
+        when the whole ledger is gone (``since`` 0, no errors) its file is archived into
+        the run's results folder (``logs/ledger.jsonl``) or deleted, and the ledger
+        takes no more records. A user that keeps recording afterwards (an Emulation
+        torn down inside a longer run) passes ``archive=False``.
         """
         errors: list[str] = []
         same_boot = self.same_boot()
@@ -161,21 +168,37 @@ class Ledger:
         # Devices and qdiscs wholly inside namespaces this teardown deletes go with them:
         # deleting them one by one first cost minutes under software emulation.
         dying = {e.attrs["name"] for e in todo if e.kind == "netns"} if same_boot else set()
+        # All OVS bridges go in one ovs-vsctl transaction, when the newest is due: one
+        # reconfiguration of ovs-vswitchd instead of one per bridge (each took over 10 s
+        # on the kernel datapath under software emulation).
+        bridges = [e for e in todo if e.kind == "ovs-bridge"]
+        bridges_tried = False
         for entry in reversed(todo):
+            if entry.gone:          # went with the bridges' transaction
+                continue
             try:
-                if _inside(entry, dying):
+                if entry.kind == "ovs-bridge":
+                    if bridges_tried:
+                        raise LedgerError("the transaction deleting this run's bridges failed")
+                    bridges_tried = True
+                    _delete_bridges(bridges, self)
+                    for b in bridges:
+                        if b is not entry:
+                            self.mark_gone(b.seq)
+                elif _inside(entry, dying):
                     pass
                 elif same_boot or entry.kind not in PER_BOOT_KINDS:
                     TEARDOWN[entry.kind](entry, self)
                 self.mark_gone(entry.seq)
             except (CommandError, OSError, LedgerError, nsops.NsOpsError) as exc:
                 errors.append(f"{entry.kind} {entry.attrs}: {exc}")
-        if not errors and since == 0:
+        if not errors and since == 0 and archive:
             self._archive()
         return errors
 
     def _archive(self) -> None:
         results = self.header.get("results_dir")
+        self.archived = True
         if not self.path.exists():  # archived by an earlier full teardown
             return
         try:
@@ -254,10 +277,40 @@ def _teardown_guest(entry: Entry, ledger: Ledger) -> None:
     kill_process(a.get("pid", 0), a.get("start_time"), group=True)
 
 
+@contextlib.contextmanager
+def shared_lock(name: str) -> Iterator[None]:
+    """An exclusive machine-wide lock (flock on ``<state dir>/ledgers/.<name>.lock``):
+    taken by a run that joins a shared object and by a teardown that may stop it, so
+    one never stops what the other has just joined."""
+    directory = ledger_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / f".{name}.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def holders(kind: str, pid: int, start_time: int | None, *, besides: str | None = None) -> list[str]:
+    """Run ids whose ledgers hold a live ``kind`` entry for process ``pid`` (same start
+    time), except run ``besides``. Shared daemons (OVS) are entered in the ledger of
+    every run that uses them: the last holder's teardown stops them."""
+    return [led.run_id for led in all_ledgers() if led.run_id != besides and led.same_boot()
+            and any(e.kind == kind and not e.gone and e.attrs.get("pid") == pid
+                    and e.attrs.get("start_time") == start_time for e in led.entries)]
+
+
 @_handler("ovs-daemon")
 def _teardown_ovs_daemon(entry: Entry, ledger: Ledger) -> None:
     a = entry.attrs
-    kill_process(a.get("pid", 0), a.get("start_time"))
+    with shared_lock("ovs-daemons"):
+        others = holders("ovs-daemon", a.get("pid", 0), a.get("start_time"), besides=ledger.run_id)
+        if others:
+            log.info("leaving %s (pid %s) running: run(s) %s use it too", a.get("name"), a.get("pid"),
+                     ", ".join(others))
+            return
+        kill_process(a.get("pid", 0), a.get("start_time"))
 
 
 def netns_exists(name: str) -> bool:
@@ -301,18 +354,43 @@ def _teardown_qdisc(entry: Entry, ledger: Ledger) -> None:
         cmd.run(["tc", "qdisc", "del", "dev", dev, *where, *kind], check=False, netns=netns)
 
 
+OVS_DELETE_TIMEOUT_S = 120
+
+
+def _bridge_owners() -> dict[str, str | None]:
+    """Every OVS bridge -> the run id in its external_ids (None if unmarked); {} when
+    no ovsdb-server answers (then no bridge of ours can exist either)."""
+    res = cmd.run(["ovs-vsctl", "--timeout=10", "--format=json", "--columns=name,external_ids", "list", "Bridge"],
+                  check=False, timeout=15)
+    if res.returncode != 0:
+        return {}
+    out = {}
+    for name, ids in json.loads(res.stdout)["data"]:
+        out[name] = dict(ids[1]).get(OVS_RUN_KEY) if isinstance(ids, list) and ids[0] == "map" else None
+    return out
+
+
+def _delete_bridges(entries: list[Entry], ledger: Ledger) -> None:
+    """Delete the entries' bridges that exist and carry this run's id, in one
+    transaction; others are left alone (with a warning when not ours)."""
+    owners = _bridge_owners()
+    doomed = []
+    for e in entries:
+        name = e.attrs["name"]
+        if name not in owners:
+            continue
+        if owners[name] != ledger.run_id:
+            log.warning("not deleting OVS bridge %s: it is not marked as created by run %s", name, ledger.run_id)
+            continue
+        doomed.append(name)
+    if doomed:
+        args = [a for name in doomed for a in ("--", "--if-exists", "del-br", name)]
+        cmd.run(["ovs-vsctl", f"--timeout={OVS_DELETE_TIMEOUT_S}", *args], timeout=OVS_DELETE_TIMEOUT_S + 5)
+
+
 @_handler("ovs-bridge")
 def _teardown_ovs_bridge(entry: Entry, ledger: Ledger) -> None:
-    name = entry.attrs["name"]
-    if not cmd.ok(["ovs-vsctl", "--timeout=5", "br-exists", name]):
-        return
-    owner = cmd.run(["ovs-vsctl", "--timeout=5", "br-get-external-id", name, OVS_RUN_KEY],
-                    check=False).stdout.strip()
-    if owner != ledger.run_id:
-        log.warning("not deleting OVS bridge %s: it is not marked as created by run %s",
-                    name, ledger.run_id)
-        return
-    cmd.run(["ovs-vsctl", "--timeout=10", "--if-exists", "del-br", name])
+    _delete_bridges([entry], ledger)
 
 
 @_handler("bpf-pin")

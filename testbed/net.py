@@ -322,7 +322,7 @@ class Emulation:
                 node.shape_port(name, shape)
 
     def teardown(self) -> None:
-        errors = self.ledger.teardown(since=self._first_seq)
+        errors = self.ledger.teardown(since=self._first_seq, archive=False)
         if errors:
             raise EmulationError("teardown incomplete (run `testbed clean`):\n  " + "\n  ".join(errors))
 

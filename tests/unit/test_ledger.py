@@ -7,6 +7,7 @@ import time
 import pytest
 
 from testbed import cmd
+from testbed.errors import LedgerError
 from testbed.ledger import Ledger, clean
 
 
@@ -121,3 +122,61 @@ def test_partial_teardown_of_a_kept_namespace_removes_its_devices(monkeypatch):
     seq = led.add("qdisc", dev="a0", netns="nsA", parent="root")
     assert led.teardown(since=seq) == []
     assert calls == ["a0"]
+
+
+def test_a_shared_daemon_is_stopped_by_its_last_holder_only(tmp_path):
+    """OVS daemons started by one run and joined by another (ovs.ensure_daemons records
+    them in both ledgers): the first teardown leaves them running, the last stops them,
+    whichever run started them."""
+    daemon = subprocess.Popen(["sleep", "60"])
+    try:
+        ident = {"name": "ovs-vswitchd", "pid": daemon.pid, "start_time": cmd.process_start_time(daemon.pid)}
+        starter, joiner = Ledger.create("starter"), Ledger.create("joiner")
+        starter.add("ovs-daemon", **ident)
+        joiner.add("ovs-daemon", **ident, shared=True)
+        assert starter.teardown() == []
+        assert daemon.poll() is None                     # the joiner still holds it
+        assert joiner.teardown() == []
+        assert daemon.wait(timeout=5) is not None        # the last holder stopped it
+    finally:
+        daemon.kill()
+        daemon.wait()
+
+
+def test_ensure_daemons_joins_testbed_daemons_and_never_system_ones(tmp_path, monkeypatch):
+    from testbed import ovs
+
+    run_dir = tmp_path / "ovs-run"
+    run_dir.mkdir()
+    monkeypatch.setattr(ovs, "RUN_DIR", run_dir)
+    monkeypatch.setattr(ovs, "daemons_running", lambda: True)
+    ours, system = subprocess.Popen(["sleep", "60"]), subprocess.Popen(["sleep", "60"])
+    try:
+        (run_dir / "ovs-vswitchd.pid").write_text(f"{ours.pid}\n")
+        (run_dir / "ovsdb-server.pid").write_text(f"{system.pid}\n")   # e.g. the system service's
+        starter = Ledger.create("starter")
+        starter.add("ovs-daemon", name="ovs-vswitchd", pid=ours.pid, start_time=cmd.process_start_time(ours.pid))
+        joiner = Ledger.create("joiner")
+        ovs.ensure_daemons(joiner, kernel_datapath=False)
+        ovs.ensure_daemons(joiner, kernel_datapath=False)                 # once per run, not per call
+        held = [(e.attrs["name"], e.attrs["pid"]) for e in joiner.live()]
+        assert held == [("ovs-vswitchd", ours.pid)]
+    finally:
+        for p in (ours, system):
+            p.kill()
+            p.wait()
+
+
+def test_a_partial_user_starting_at_seq_0_does_not_archive_the_ledger(tmp_path):
+    """An Emulation that is the first object of a longer run (the E3 UT test builds two
+    in one ledger) tears down from seq 0 without archiving: the ledger keeps its file and
+    header for what comes next, while recording into an archived ledger is refused
+    (it used to recreate the file without a header, which `testbed clean` skipped)."""
+    led = Ledger.create("r-partial")
+    led.add("file", path=str(tmp_path / "a"))
+    assert led.teardown(since=0, archive=False) == []
+    led.add("file", path=str(tmp_path / "b"))
+    assert Ledger.load(led.path).header["run_id"] == "r-partial"
+    assert led.teardown() == [] and not led.path.exists()
+    with pytest.raises(LedgerError, match="archived"):
+        led.add("file", path=str(tmp_path / "c"))
