@@ -7,7 +7,7 @@ from pathlib import Path
 
 from testbed import cmd
 from testbed.errors import LedgerError, TestbedError
-from testbed.ledger import OVS_RUN_KEY, Ledger
+from testbed.ledger import OVS_RUN_KEY, Ledger, holders, shared_lock
 
 RUN_DIR = Path("/var/run/openvswitch")
 DB_FILE = Path("/var/lib/openvswitch/conf.db")
@@ -30,14 +30,46 @@ def daemons_running() -> bool:
 def ensure_daemons(ledger: Ledger | None, *, kernel_datapath: bool) -> None:
     """Start ovsdb-server and ovs-vswitchd unless they already run.
 
-    Daemons this run starts are recorded in the ledger and stopped at teardown; daemons
-    that were running before are left alone. With ``kernel_datapath`` the openvswitch
-    module is loaded first (recorded only if this run loaded it). Raises OVSError.
+    Daemons this run starts are recorded in the ledger. Daemons another testbed run
+    started (found in its ledger, even a killed run's) are recorded here too, so they
+    are shared: a teardown stops them only when no other run's ledger holds them, i.e.
+    the last user stops them. Daemons started outside the testbed (a system service) are
+    never recorded, so never stopped. With ``kernel_datapath`` the openvswitch module is
+    loaded first (recorded only if this run loaded it). Raises OVSError.
     """
     if kernel_datapath:
         load_module(ledger, "openvswitch")
-    if daemons_running():
-        return
+    with shared_lock("ovs-daemons"):
+        if daemons_running():
+            if ledger is not None:
+                _share_daemons(ledger)
+            return
+        _start_daemons(ledger)
+
+
+def _pidfile_process(name: str) -> tuple[int, int | None] | None:
+    """(pid, start time) of daemon ``name`` from its pidfile, None if none runs."""
+    try:
+        pid = int((RUN_DIR / f"{name}.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    start = cmd.process_start_time(pid)
+    return (pid, start) if start is not None else None
+
+
+def _share_daemons(ledger: Ledger) -> None:
+    for name in ("ovsdb-server", "ovs-vswitchd"):
+        proc = _pidfile_process(name)
+        if proc is None or not holders("ovs-daemon", *proc):
+            continue                       # not started by a testbed run: never ours to stop
+        mine = any(e.kind == "ovs-daemon" and not e.gone and (e.attrs.get("pid"), e.attrs.get("start_time")) == proc
+                   for e in ledger.entries)
+        if not mine:
+            ledger.add("ovs-daemon", name=name, pidfile=str(RUN_DIR / f"{name}.pid"), pid=proc[0],
+                       start_time=proc[1], shared=True)
+
+
+def _start_daemons(ledger: Ledger | None) -> None:
     RUN_DIR.mkdir(parents=True, exist_ok=True)
     DB_FILE.parent.mkdir(parents=True, exist_ok=True)
     if not DB_FILE.exists():
