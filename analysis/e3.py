@@ -201,7 +201,7 @@ def analyse(summary: pd.DataFrame, config: dict, out: Path) -> tuple[list[Path],
     for key, title in TABLE_TITLES.items():
         tables.append((f"{title} - the paper", paper_reference(*key)))
     extra = [c for c in ("reconfigurations", "elephant_retrans_segs", "mouse_retrans_segs", "oss_bytes",
-                         "elephants_complete", "mouses_complete", "makespan_s") if c in summary]
+                         "elephants_complete", "mice_complete", "makespan_s") if c in summary]
     per_run = summary[["point", "scheduler", "transfers", "sse", "rep", *extra]]
     tables.append(("Per run: reconfigurations during the traffic, retransmitted segments, bytes through the OSS",
                    per_run))

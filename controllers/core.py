@@ -21,18 +21,22 @@ from controllers.schedulers import Clock, OnDemandScheduler, Scheduler, Schedule
 
 class ControllerCore:
     """See the module docstring. ``log_path``: reconfiguration log (JSON lines), None
-    for none. ``on_change``: called after a reservation changed the wanted state (the
-    app wakes its loop)."""
+    for none; ``events_path``: switch connection events (JSON lines), None for none.
+    ``on_change``: called after a reservation changed the wanted state (the app wakes
+    its loop)."""
 
     def __init__(self, fabric: Fabric, scheduler: Scheduler, clock: Clock = time.monotonic,
-                 log_path: Path | None = None, on_change: Callable[[], None] | None = None) -> None:
+                 log_path: Path | None = None, on_change: Callable[[], None] | None = None,
+                 events_path: Path | None = None) -> None:
         self.fabric, self.scheduler, self.clock = fabric, scheduler, clock
         self.on_change = on_change or (lambda: None)
         self.applied_state: frozenset = frozenset()
         self.ready_switches: set[str] = set()
         self.connected: set[str] = set()
         self.reconfigurations = 0
+        self.disconnects = 0
         self._log: TextIO | None = open(log_path, "a") if log_path else None
+        self._events: TextIO | None = open(events_path, "a") if events_path else None
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any], clock: Clock = time.monotonic,
@@ -48,8 +52,9 @@ class ControllerCore:
         sched = make(cfg["scheduler"], clock, pairs=pairs, sse_s=float(cfg.get("sse_s", 10.0)),
                      elephants=elephants, tor_of_ip={h["ip"]: h["tor"] for h in fab.hosts.values()},
                      cluster=fab.cluster)
-        log_path = cfg.get("log_path")
-        return cls(fab, sched, clock, Path(log_path) if log_path else None, on_change)
+        log_path, events_path = cfg.get("log_path"), cfg.get("events_path")
+        return cls(fab, sched, clock, Path(log_path) if log_path else None, on_change,
+                   Path(events_path) if events_path else None)
 
     # -- what the app applies -------------------------------------------------------
     @property
@@ -80,11 +85,37 @@ class ControllerCore:
             self._log.flush()
         return rec
 
+    # -- switch connections ---------------------------------------------------------
+    def switch_connected(self, name: str) -> None:
+        """``name`` (re)connected; it is not ready until ``switch_ready``."""
+        self.connected.add(name)
+        self._event(name, "connected")
+
+    def switch_ready(self, name: str, flows: int) -> None:
+        """``name`` holds the flows and port states of ``applied_state`` (barrier answered)."""
+        self.ready_switches.add(name)
+        self._event(name, "ready", flows=flows)
+
+    def switch_lost(self, name: str) -> None:
+        """``name``'s OpenFlow connection closed. The controller is not ready (no
+        reconfiguration) until it is back: in fail_mode=secure the switch keeps its flows
+        meanwhile, and on reconnecting it gets ``applied_state`` again."""
+        self.connected.discard(name)
+        self.ready_switches.discard(name)
+        self.disconnects += 1
+        self._event(name, "disconnected")
+
+    def _event(self, name: str, event: str, **extra: Any) -> None:
+        if self._events:
+            rec = {"t": self.clock(), "wall": time.time(), "switch": name, "event": event, **extra}
+            self._events.write(json.dumps(rec, separators=(",", ":")) + "\n")
+            self._events.flush()
+
     # -- REST -----------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         return {**self.scheduler.describe(), "ready": self.ready, "connected": sorted(self.connected),
                 "ready_switches": sorted(self.ready_switches), "switches": self.fabric.switches(),
-                "reconfigurations": self.reconfigurations,
+                "reconfigurations": self.reconfigurations, "disconnects": self.disconnects,
                 "circuits": [c.to_json() for c in self.applied_state]}
 
     def _on_demand(self) -> OnDemandScheduler:
@@ -121,6 +152,7 @@ class ControllerCore:
         return [self._view(r) for r in self._on_demand().reservations.values()]
 
     def close(self) -> None:
-        if self._log:
-            self._log.close()
-            self._log = None
+        for f in (self._log, self._events):
+            if f:
+                f.close()
+        self._log = self._events = None

@@ -9,8 +9,12 @@ in controllers/core.py, controllers/fabric.py and controllers/schedulers.py; thi
 module only talks OpenFlow:
 
 - on connect: port description -> the switch's name (its LOCAL port is the bridge);
-  delete every flow, install the base tables and special-port states, barrier; the
-  switch is then ready;
+  delete every flow, install the tables and special-port states of the applied OSS
+  state, barrier; the switch is then ready;
+- on disconnect: the switch is not ready, so no reconfiguration happens until it is
+  back (fail_mode=secure switches keep their flows meanwhile); a reconnecting switch is
+  initialised again with the applied state, and the loop then catches up with the
+  wanted one. Connects, disconnects and readiness go to ``switch-events.jsonl``;
 - a loop applies every change of the wanted OSS state in three barrier-separated
   phases: (1) delete flows no longer wanted and bring down special ports leaving their
   position (queued packets there are lost: the stranding under study), (2) bring up
@@ -30,7 +34,7 @@ from pathlib import Path
 
 from os_ken.base import app_manager
 from os_ken.controller import ofp_event
-from os_ken.controller.handler import CONFIG_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
+from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
 from os_ken.lib import hub
 from os_ken.lib.packet import arp, packet
 from os_ken.ofproto import ofproto_v1_3
@@ -42,6 +46,10 @@ from controllers.rest import RestApp
 CONFIG_ENV = "E3_CONTROLLER_CONFIG"
 BARRIER_TIMEOUT_S = 10.0
 LOG = logging.getLogger("e3")
+
+
+class SwitchLost(Exception):
+    """A switch disconnected while a reconfiguration was talking to it."""
 
 
 class E3Controller(app_manager.OSKenApp):
@@ -87,11 +95,23 @@ class E3Controller(app_manager.OSKenApp):
                         local.name if local else "?")
             return
         self.dps[name], self.ports[name] = dp, ports
-        self.core.connected.add(name)
+        self.core.switch_connected(name)
         hub.spawn(self.initialise, name)
 
+    @set_ev_cls(ofp_event.EventOFPStateChange, DEAD_DISPATCHER)
+    def on_dead(self, ev: object) -> None:
+        """A switch's OpenFlow connection closed (or its handshake failed)."""
+        name = next((n for n, d in self.dps.items() if d is ev.datapath), None)
+        if name is None:
+            return
+        del self.dps[name]
+        self.core.switch_lost(name)
+        LOG.warning("switch %s disconnected; reconfigurations wait until it is back", name)
+
     def initialise(self, name: str) -> None:
-        dp = self.dps[name]
+        dp = self.dps.get(name)
+        if dp is None:
+            return
         ofp, parser = dp.ofproto, dp.ofproto_parser
         dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL,
                                       out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY, match=parser.OFPMatch()))
@@ -103,14 +123,22 @@ class E3Controller(app_manager.OSKenApp):
                 self.port_mod(name, port, up)
         self.installed[name] = flows[name]
         self.barrier([name])
-        self.core.ready_switches.add(name)
+        if self.dps.get(name) is not dp:     # lost (or replaced) while initialising
+            return
+        self.core.switch_ready(name, len(flows[name]))
         LOG.info("switch %s ready (%d flows)", name, len(flows[name]))
         if self.core.ready:
             self.wake.set()
 
     # -- OpenFlow helpers -------------------------------------------------------------
+    def datapath(self, name: str) -> object:
+        dp = self.dps.get(name)
+        if dp is None:
+            raise SwitchLost(name)
+        return dp
+
     def flow_mod(self, name: str, f: Flow, *, add: bool) -> None:
-        dp = self.dps[name]
+        dp = self.datapath(name)
         ofp, parser = dp.ofproto, dp.ofproto_parser
         fields = {}
         for k, v in f.match:
@@ -131,7 +159,7 @@ class E3Controller(app_manager.OSKenApp):
                                           out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY))
 
     def port_mod(self, name: str, port_no: int, up: bool) -> None:
-        dp = self.dps[name]
+        dp = self.datapath(name)
         ofp, parser = dp.ofproto, dp.ofproto_parser
         desc = self.ports[name].get(port_no)
         if desc is None:
@@ -144,7 +172,9 @@ class E3Controller(app_manager.OSKenApp):
     def barrier(self, names: Iterable[str]) -> None:
         waits = []
         for name in names:
-            dp = self.dps[name]
+            dp = self.dps.get(name)
+            if dp is None:
+                continue
             req = dp.ofproto_parser.OFPBarrierRequest(dp)
             dp.set_xid(req)
             ev = hub.Event()
@@ -193,6 +223,8 @@ class E3Controller(app_manager.OSKenApp):
                     want = self.core.wanted()
                     if want != self.core.applied_state:
                         self.reconfigure(want)
+                except SwitchLost as exc:
+                    LOG.warning("reconfiguration abandoned: switch %s disconnected", exc)
                 except Exception:  # noqa: BLE001 - keep the controller alive, log the cause
                     LOG.exception("reconfiguration failed")
             now = time.monotonic()

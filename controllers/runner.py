@@ -12,7 +12,8 @@ bridge of the fabric at the OpenFlow listener, and waits (bounded, polled) until
 switch is connected and its initial flows are acknowledged by a barrier. On exit it
 stops the process (also on exceptions). Files: ``controller.json`` (config),
 ``controller.log`` (os-ken output), ``reconfigurations.jsonl`` (one line per
-reconfiguration, CLOCK_MONOTONIC seconds: the traffic agents' clock).
+reconfiguration, CLOCK_MONOTONIC seconds: the traffic agents' clock),
+``switch-events.jsonl`` (switches connecting, ready, disconnecting; same clock).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from controllers.schedulers import SCHEDULERS
 from testbed import cmd, ovs
 from testbed.errors import DefinitionError, TestbedError
 from testbed.ledger import Ledger, kill_process
+from testbed.traffic.records import read_jsonl
 
 CONFIG_ENV = "E3_CONTROLLER_CONFIG"
 
@@ -80,6 +82,7 @@ class ControllerRunner:
         self.seq: int | None = None
         self.ofp_port = self.rest_port = 0
         self.log_path = self.out_dir / "reconfigurations.jsonl"
+        self.events_path = self.out_dir / "switch-events.jsonl"
 
     @property
     def rest_url(self) -> str:
@@ -89,6 +92,7 @@ class ControllerRunner:
         return {"fabric": json.loads(self.fabric.to_json()), "scheduler": self.scheduler, "sse_s": self.sse_s,
                 "pairs": [list(p) for p in self.pairs] if self.pairs else None,
                 "elephants": [list(e) for e in self.elephants], "log_path": str(self.log_path.resolve()),
+                "events_path": str(self.events_path.resolve()),
                 "rest_host": self.host, "rest_port": self.rest_port, "ofp_host": self.host,
                 "ofp_port": self.ofp_port}
 
@@ -183,6 +187,7 @@ class ControllerRunner:
             return "(no log)"
 
     def reconfigurations(self) -> list[dict[str, Any]]:
-        if not self.log_path.exists():
-            return []
-        return [json.loads(line) for line in self.log_path.read_text().splitlines() if line.strip()]
+        return read_jsonl(self.log_path)
+
+    def switch_events(self) -> list[dict[str, Any]]:
+        return read_jsonl(self.events_path)

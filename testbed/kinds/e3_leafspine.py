@@ -148,13 +148,17 @@ class E3LeafSpine(ExperimentKind):
                         broker.close()
                 oss_bytes = port_bytes(emu, "oss") - oss_before
                 reconfigs = ctl.reconfigurations()
+                lost = [e for e in ctl.switch_events() if e["event"] == "disconnected"]
+        if lost:
+            ctx.progress(f"warning: {len(lost)} switch disconnect(s) during the point "
+                         f"({', '.join(sorted({e['switch'] for e in lost}))}); see switch-events.jsonl")
         res = run.result
         if res is None:
             raise TrafficError(f"{ctx.point.id}: the traffic agents never started; see {ctx.dir / 'traffic'}")
         res.write()
         rows = transfer_rows(res.flows, scale)
         ctx.write_csv("transfers.csv", rows)
-        return summarise(rows, reconfigs, oss_bytes / scale, run.t0, D)
+        return {**summarise(rows, reconfigs, oss_bytes / scale, run.t0, D), "switch_disconnects": len(lost)}
 
 
 def resolve_datapath(choice: str) -> str:
@@ -243,10 +247,10 @@ def summarise(rows: list[dict[str, Any]], reconfigs: list[dict[str, Any]], oss_b
     """The point's summary: per-run averages per class (the paper's tables are min /
     average / max of these over repetitions), counts, reconfigurations, OSS bytes."""
     out: dict[str, Any] = {}
-    for tag in ("elephant", "mouse"):
+    for tag, plural in (("elephant", "elephants"), ("mouse", "mice")):
         done = [r for r in rows if r["tag"] == tag and r["status"] == "complete"]
-        out[f"{tag}s"] = sum(r["tag"] == tag for r in rows)
-        out[f"{tag}s_complete"] = len(done)
+        out[plural] = sum(r["tag"] == tag for r in rows)
+        out[f"{plural}_complete"] = len(done)
         out[f"{tag}_throughput_mean_bps"] = statistics.fmean(r["throughput_bps"] for r in done) if done else math.nan
         out[f"{tag}_fct_mean_s"] = statistics.fmean(r["fct_s"] for r in done) if done else math.nan
         out[f"{tag}_retrans_segs"] = sum(int(r["retrans_segs"]) for r in rows

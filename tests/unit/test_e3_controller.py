@@ -259,6 +259,32 @@ def test_reconfiguration_log_lines(tmp_path):
     assert lines[1]["removed"] == ["t0-t2"] and lines[1]["t_start"] == 6.0
 
 
+def test_a_lost_switch_makes_the_controller_not_ready_until_it_is_back(tmp_path):
+    fab = small_fabric()
+    clock = FakeClock(1.0)
+    core = ControllerCore(fab, on_demand(clock), clock, events_path=tmp_path / "e.jsonl")
+    for name in fab.switches():
+        core.switch_connected(name)
+        core.switch_ready(name, flows=3)
+    assert core.ready and core.status()["disconnects"] == 0
+    clock.t = 2.5
+    core.switch_lost("oss")
+    s = core.status()
+    assert not core.ready and "oss" not in s["connected"] and s["disconnects"] == 1
+    with pytest.raises(SchedulerError) as refused:           # no grants while a switch is missing
+        core.request("10.0.0.1", "10.0.2.1")
+    assert refused.value.status == 503
+    clock.t = 3.0
+    core.switch_connected("oss")
+    assert not core.ready                                    # connected, flows not yet acknowledged
+    core.switch_ready("oss", flows=2)
+    assert core.ready
+    core.close()
+    events = [json.loads(x) for x in (tmp_path / "e.jsonl").read_text().splitlines()]
+    assert [(e["switch"], e["event"], e["t"]) for e in events[-3:]] == [
+        ("oss", "disconnected", 2.5), ("oss", "connected", 3.0), ("oss", "ready", 3.0)]
+
+
 def test_controller_listeners_never_on_a_wildcard_address():
     from controllers.runner import check_mgmt_host
     from testbed.errors import DefinitionError
