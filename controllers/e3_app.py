@@ -94,6 +94,8 @@ class E3Controller(app_manager.OSKenApp):
             LOG.warning("datapath %016x (%s) is not a switch of this fabric; ignored", dp.id,
                         local.name if local else "?")
             return
+        if name in self.dps:     # reconnected before its old connection was declared dead
+            self.core.switch_lost(name)
         self.dps[name], self.ports[name] = dp, ports
         self.core.switch_connected(name)
         hub.spawn(self.initialise, name)

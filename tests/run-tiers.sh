@@ -25,7 +25,7 @@ tier native "$py" -m pytest -q -p no:cacheprovider --junitxml="$junit/native.xml
 # missing kernel feature is a failure, not a skip. (The native killed-run test targets
 # the host's OVS userspace datapath; the guest tier has its own, on the kernel datapath.)
 tier guest  .venv/bin/testbed guest --rwdir "$junit" -- env TESTBED_REQUIRE_FEATURES=1 \
-  "$py" -m pytest -q -p no:cacheprovider --junitxml="$junit/guest.xml" tests/guest tests/native/test_features.py tests/bpf
+  "$py" -m pytest -q -p no:cacheprovider --durations=12 --junitxml="$junit/guest.xml" tests/guest tests/native/test_features.py tests/bpf
 
 "$py" - "$junit" <<'PY'
 import sys, pathlib, xml.etree.ElementTree as ET
