@@ -117,13 +117,13 @@ class E3Controller(app_manager.OSKenApp):
         ofp, parser = dp.ofproto, dp.ofproto_parser
         dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL,
                                       out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY, match=parser.OFPMatch()))
+        self.installed[name] = frozenset()
         flows, ports = self.core.plan(self.core.applied_state)
         for f in flows[name]:
             self.flow_mod(name, f, add=True)
         for (sw, port), up in ports.items():
             if sw == name:
                 self.port_mod(name, port, up)
-        self.installed[name] = flows[name]
         self.barrier([name])
         if self.dps.get(name) is not dp:     # lost (or replaced) while initialising
             return
@@ -159,6 +159,10 @@ class E3Controller(app_manager.OSKenApp):
         else:
             dp.send_msg(parser.OFPFlowMod(dp, priority=f.priority, match=match, command=ofp.OFPFC_DELETE_STRICT,
                                           out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY))
+        # kept per message: a reconfiguration abandoned half-way (a switch lost) leaves
+        # ``installed`` true for the others, so the next one computes the right diff
+        table = self.installed.get(name, frozenset())
+        self.installed[name] = table | {f} if add else table - {f}
 
     def port_mod(self, name: str, port_no: int, up: bool) -> None:
         dp = self.datapath(name)
@@ -277,7 +281,6 @@ class E3Controller(app_manager.OSKenApp):
                 n_flow += 1
                 touched.add(name)
         self.barrier(touched)
-        self.installed = dict(flows)
         rec = self.core.applied(want, reason=reason, t_start=t_start, t_done=time.monotonic(),
                                 flow_mods=n_flow, port_mods=n_port)
         LOG.info("reconfigured: %s -> %s in %.1f ms", sorted(f"{c.a}-{c.b}" for c in before),
