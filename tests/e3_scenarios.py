@@ -6,7 +6,8 @@ cluster, 2 hosts each) under the os-ken controller.
   not; the reservation is released when the elephant completes;
 - UT: the circuit moves every epoch share, and moving a link strands the packets queued
   on it (retransmissions), which a window-limited flow never has without moves;
-- the controller's OpenFlow and REST listeners are on 127.0.0.1, none on a wildcard.
+- the controller's OpenFlow and REST listeners are on 127.0.0.1, none on a wildcard;
+- reconnect: switches that lose their controller get exactly their flow tables back.
 """
 
 from __future__ import annotations
