@@ -60,11 +60,9 @@ def _pidfile_process(name: str) -> tuple[int, int | None] | None:
 def _share_daemons(ledger: Ledger) -> None:
     for name in ("ovsdb-server", "ovs-vswitchd"):
         proc = _pidfile_process(name)
-        if proc is None or not holders("ovs-daemon", *proc):
-            continue                       # not started by a testbed run: never ours to stop
-        mine = any(e.kind == "ovs-daemon" and not e.gone and (e.attrs.get("pid"), e.attrs.get("start_time")) == proc
-                   for e in ledger.entries)
-        if not mine:
+        held_by = holders("ovs-daemon", *proc) if proc else []
+        # none: not started by a testbed run, never ours to stop; ours: recorded already
+        if held_by and ledger.run_id not in held_by:
             ledger.add("ovs-daemon", name=name, pidfile=str(RUN_DIR / f"{name}.pid"), pid=proc[0],
                        start_time=proc[1], shared=True)
 
