@@ -114,7 +114,8 @@ static void usage(FILE *f)
 	      "  tbload attach-node --obj FILE --prog INGRESS --prog2 EGRESS --pin-dir DIR\n"
 	      "                --dev IFNAME [--dev IFNAME ...] [--netns NAME|PATH] [--set ...]\n"
 	      "  tbload map-update --map PINNED_PATH --file FILE   (lines: KEYHEX VALUEHEX)\n"
-	      "  tbload map-dump --map PINNED_PATH                 (lines: KEYHEX VALUEHEX)\n"
+	      "  tbload map-dump --map PINNED_PATH [--file KEYS]   (lines: KEYHEX VALUEHEX;\n"
+	      "                KEYS, one KEYHEX per line, limits it to those keys)\n"
 	      "  tbload test-trace --obj FILE --prog NAME --pin-dir DIR --trace FILE [--set ...]\n"
 	      "options: -v/--verbose prints libbpf debug output (verifier log) on stderr\n",
 	      f);
@@ -1010,8 +1011,13 @@ static int parse_hex(const char *s, unsigned char *out, size_t n)
 
 static void print_hex(const unsigned char *p, size_t n)
 {
-	for (size_t i = 0; i < n; i++)
-		printf("%02x", p[i]);
+	static const char digits[] = "0123456789abcdef";
+
+	/* One putchar pair per byte: a map value is several KB, dumped under TCG too. */
+	for (size_t i = 0; i < n; i++) {
+		putchar(digits[p[i] >> 4]);
+		putchar(digits[p[i] & 0xf]);
+	}
 }
 
 static int cmd_map_update(const struct opts *o)
@@ -1069,6 +1075,56 @@ out:
 	return rc;
 }
 
+static int dump_entry(int fd, const char *map, const unsigned char *key, unsigned char *val,
+		      const struct bpf_map_info *info)
+{
+	if (bpf_map_lookup_elem(fd, key, val)) {
+		if (errno == ENOENT)
+			return 0;
+		fail("looking up an entry of %s: %s", map, strerror(errno));
+		return -1;
+	}
+	print_hex(key, info->key_size);
+	putchar(' ');
+	print_hex(val, info->value_size);
+	putchar('\n');
+	return 0;
+}
+
+/* Dump the keys listed in o->file (one KEYHEX per line); absent keys print nothing. */
+static int dump_listed(int fd, const struct opts *o, unsigned char *key, unsigned char *val,
+		       const struct bpf_map_info *info)
+{
+	char *line = NULL, *k, *save;
+	size_t cap = 0;
+	long lineno = 0;
+	int rc = -1;
+	FILE *f = fopen(o->file, "r");
+
+	if (!f) {
+		fail("--file %s: %s", o->file, strerror(errno));
+		return -1;
+	}
+	while (getline(&line, &cap, f) > 0) {
+		lineno++;
+		k = strtok_r(line, " \t\n", &save);
+		if (!k)
+			continue;
+		if (parse_hex(k, key, info->key_size)) {
+			fail("%s line %ld: expected KEYHEX (%u bytes) for map %s",
+			     o->file, lineno, info->key_size, o->map);
+			goto out;
+		}
+		if (dump_entry(fd, o->map, key, val, info))
+			goto out;
+	}
+	rc = 0;
+out:
+	free(line);
+	fclose(f);
+	return rc;
+}
+
 static int cmd_map_dump(const struct opts *o)
 {
 	struct bpf_map_info info;
@@ -1088,6 +1144,10 @@ static int cmd_map_dump(const struct opts *o)
 		fail("out of memory");
 		goto out;
 	}
+	if (o->file) {
+		rc = dump_listed(fd, o, key, val, &info) ? 1 : 0;
+		goto out;
+	}
 	for (;;) {
 		if (bpf_map_get_next_key(fd, first ? NULL : key, next)) {
 			if (errno == ENOENT)
@@ -1097,16 +1157,8 @@ static int cmd_map_dump(const struct opts *o)
 		}
 		first = false;
 		memcpy(key, next, info.key_size);
-		if (bpf_map_lookup_elem(fd, key, val)) {
-			if (errno == ENOENT)
-				continue;
-			fail("looking up an entry of %s: %s", o->map, strerror(errno));
+		if (dump_entry(fd, o->map, key, val, &info))
 			goto out;
-		}
-		print_hex(key, info.key_size);
-		putchar(' ');
-		print_hex(val, info.value_size);
-		putchar('\n');
 	}
 	rc = 0;
 out:

@@ -357,13 +357,25 @@ def map_update(pin_dir: Path, name: str, entries: list[tuple[bytes, bytes]]) -> 
     return int(_json_line(["map-update"], out)["updated"])
 
 
-def map_dump(pin_dir: Path, name: str) -> list[tuple[bytes, bytes]]:
-    """Every (key, value) of the pinned map ``name``; [] if it is not pinned."""
+def map_dump(pin_dir: Path, name: str, keys: list[bytes] | None = None) -> list[tuple[bytes, bytes]]:
+    """The (key, value) pairs of the pinned map ``name``: every entry, or only those of
+    ``keys`` (absent keys are left out, so are the rows of a map that is not pinned).
+
+    Listing the keys matters for big arrays: all of ``optsw_state`` is several MB of hex,
+    seconds to print and parse under TCG, when a run uses a few of its 512 nodes.
+    Raises CommandError if the loader rejects a key's size.
+    """
     pin = check_pin_dir(pin_dir)
     path = pin / "maps" / name
-    if not path.exists():
+    if not path.exists() or keys == []:
         return []
-    out = _run_loader(["map-dump", "--map", str(path)])
+    if keys is None:
+        out = _run_loader(["map-dump", "--map", str(path)])
+    else:
+        with tempfile.NamedTemporaryFile("w", prefix="tbkeys-", suffix=".txt") as f:
+            f.writelines(f"{k.hex()}\n" for k in keys)
+            f.flush()
+            out = _run_loader(["map-dump", "--map", str(path), "--file", f.name])
     rows = []
     for line in out.splitlines():
         if line.strip():

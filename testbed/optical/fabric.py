@@ -59,7 +59,7 @@ def read_states(pin_dir: Path, n_ports: dict[int, int]) -> dict[int, dict]:
     """Counters of the nodes in ``n_ports`` ({node id: ports in use}): per node
     ``max_occ_bytes``, ``occ_overflow`` and ``ports`` (a dict per port)."""
     out = {}
-    for k, v in bpf.map_dump(pin_dir, "optsw_state"):
+    for k, v in bpf.map_dump(pin_dir, "optsw_state", [layout.u32_key(n) for n in sorted(n_ports)]):
         node = int.from_bytes(k, "little")
         if node in n_ports:
             out[node] = layout.parse_node_state(v, n_ports[node])

@@ -2,7 +2,7 @@
 
 Works on any Mininet ``Topo``: nodes are its hosts and switches, links its links (a
 multigraph is fine: parallel links are separate ports). The ECMP choice itself is made
-per packet by the BPF ingress program; :func:`chi_square_uniform` checks its spread.
+per packet by the BPF ingress program; :func:`uniformity_p_value` checks its spread.
 """
 
 from __future__ import annotations
@@ -53,15 +53,13 @@ def next_hops(adj_ports: dict[str, list[tuple[int, str]]], dst: str, *,
     return out
 
 
-def chi_square_uniform(counts: list[int]) -> float:
-    """Pearson chi-square statistic of ``counts`` against a uniform distribution."""
-    n, k = sum(counts), len(counts)
-    if k < 2 or n == 0:
+def uniformity_p_value(counts: list[int]) -> float:
+    """P-value of Pearson's chi-square test of ``counts`` against a uniform distribution.
+
+    Raises ValueError for fewer than two categories or no observations.
+    """
+    from scipy.stats import chisquare  # scipy is slow to import; only tests need this
+
+    if len(counts) < 2 or sum(counts) == 0:
         raise ValueError("need at least two categories and one observation")
-    e = n / k
-    return sum((c - e) ** 2 / e for c in counts)
-
-
-#: chi-square critical values at 1 % significance by degrees of freedom
-CHI2_CRIT_1PCT = {1: 6.635, 2: 9.210, 3: 11.345, 4: 13.277, 5: 15.086, 6: 16.812, 7: 18.475,
-                  8: 20.090, 9: 21.666, 10: 23.209, 15: 30.578}
+    return float(chisquare(counts).pvalue)

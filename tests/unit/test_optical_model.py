@@ -7,7 +7,7 @@ import pytest
 from testbed.optical import layout
 from testbed.optical.layout import BUFFER, CUT, DROP, PortConfig
 from testbed.optical.model import SwitchModel, erlang_b1
-from testbed.optical.routes import chi_square_uniform, next_hops
+from testbed.optical.routes import next_hops, uniformity_p_value
 
 PS = layout.ps_per_byte(10e9)
 TAU = layout.tau_ns(9064, PS)
@@ -59,8 +59,11 @@ def test_invalid_parameters_are_rejected():
 
 def test_erlang_and_chi_square():
     assert erlang_b1(1.0) == 0.5
-    assert chi_square_uniform([25, 25, 25, 25]) == 0.0
-    assert chi_square_uniform([40, 20, 20, 20]) == pytest.approx(12.0)
+    assert uniformity_p_value([25, 25, 25, 25]) == pytest.approx(1.0)
+    # chi-square 12.0 with 3 degrees of freedom
+    assert uniformity_p_value([40, 20, 20, 20]) == pytest.approx(0.00738, abs=1e-5)
+    with pytest.raises(ValueError):
+        uniformity_p_value([0, 0])
 
 
 def test_next_hops_equal_cost_and_hosts_do_not_relay():
