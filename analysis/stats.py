@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 
-from scipy import stats
+# scipy.special, not scipy.stats: the same quantile at a third of the import time
+# (0.24 s vs 0.70 s natively; 15.5 s vs 22.9 s in the guest, where imports read over 9p).
+from scipy import special
 
 
 def mean_ci(values: list[float], level: float = 0.95) -> tuple[float, float]:
@@ -16,4 +18,4 @@ def mean_ci(values: list[float], level: float = 0.95) -> tuple[float, float]:
     if n < 2:
         return mean, math.nan
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    return mean, float(stats.t.ppf((1 + level) / 2, n - 1)) * sd / math.sqrt(n)
+    return mean, float(special.stdtrit(n - 1, (1 + level) / 2)) * sd / math.sqrt(n)

@@ -20,6 +20,14 @@ done
 mkdir -p "${TESTBED_STATE_DIR:-/var/lib/optical-tcp-testbed}/ledgers"
 grep -q ' /sys/fs/bpf ' /proc/mounts || mount -t bpf bpf /sys/fs/bpf
 grep -q ' /sys/kernel/tracing ' /proc/mounts || mount -t tracefs tracefs /sys/kernel/tracing
+# $HOME is read-only here: matplotlib would then rebuild its font cache (~15 s under TCG)
+# in a new temporary directory in every process. One writable directory for the guest's
+# life instead, seeded with the host's cache (matplotlib rebuilds it if it is stale).
+if [ -z "${MPLCONFIGDIR:-}" ]; then
+  export MPLCONFIGDIR=/tmp/matplotlib
+  mkdir -p "$MPLCONFIGDIR"
+  cp "${XDG_CACHE_HOME:-${HOME:-/root}/.cache}"/matplotlib/fontlist-*.json "$MPLCONFIGDIR"/ 2>/dev/null || true
+fi
 export TESTBED_IN_GUEST=1
 cd "${OT_GUEST_CWD:-/}" || exit 70
 exec "$@"

@@ -39,8 +39,9 @@ def test_rtt_and_throughput_match_configuration(tmp_path):
     require_features("netns", "htb", "netem", "clsact-bpf")
     common = ["--native", "--reps", "1", "--set", "switch=none", "--set", "rate=50 Mbit/s", "--set", "pings=50"]
     run_testbed("run", "demo", *common, "--set", "delay=1 ms", "--set", "duration=2 s", "--set", "omit=1 s",
-            "--out", str(tmp_path / "base"))
+            "--no-report", "--out", str(tmp_path / "base"))
     base = float(summary_rows(tmp_path / "base")[0]["rtt_min_s"]) - 2 * BASE_DELAY_S
+    assert not (tmp_path / "base" / "report").exists()  # --no-report
     run_testbed("run", "demo", *common, "--set", "delay=10 ms", "--set", "duration=10 s", "--set", "omit=2 s",
             "--pcap", "h1-h2", "--out", str(tmp_path / "netem"))
     row = summary_rows(tmp_path / "netem")[0]
@@ -64,7 +65,7 @@ def test_time_dilation_keeps_paper_units(tmp_path):
     for d in (1, 4):
         run_testbed("run", "demo", "--native", "--reps", "1", "--tdf", str(d), "--set", "switch=none",
                 "--set", "rate=20 Mbit/s", "--set", "delay=5 ms", "--set", "duration=4 s",
-                "--set", "omit=1 s", "--out", str(tmp_path / f"d{d}"))
+                "--set", "omit=1 s", "--no-report", "--out", str(tmp_path / f"d{d}"))
         rows[d] = summary_rows(tmp_path / f"d{d}")[0]
     for key in ("throughput_bps", "rtt_min_s"):
         assert float(rows[4][key]) == pytest.approx(float(rows[1][key]), rel=0.08), key
