@@ -14,7 +14,9 @@ module only talks OpenFlow:
 - on disconnect: the switch is not ready, so no reconfiguration happens until it is
   back (fail_mode=secure switches keep their flows meanwhile); a reconnecting switch is
   initialised again with the applied state, and the loop then catches up with the
-  wanted one. Connects, disconnects and readiness go to ``switch-events.jsonl``;
+  wanted one; a reconfiguration the loss interrupted is completed or undone then
+  (``installed`` is kept per flow-mod). Connects, disconnects and readiness go to
+  ``switch-events.jsonl``;
 - a loop applies every change of the wanted OSS state in three barrier-separated
   phases: (1) delete flows no longer wanted and bring down special ports leaving their
   position (queued packets there are lost: the stranding under study), (2) bring up
@@ -64,17 +66,24 @@ class E3Controller(app_manager.OSKenApp):
             raise RuntimeError(f"{CONFIG_ENV} must name the controller's JSON config")
         self.cfg = json.loads(Path(path).read_text())
         self.wake = hub.Event()
-        self.core = ControllerCore.from_config(self.cfg, time.monotonic, on_change=self.wake.set)
-        self.by_bridge = {b: n for n, b in self.core.fabric.bridges.items()}
+        self.attach(ControllerCore.from_config(self.cfg, time.monotonic, on_change=self.wake.set))
+        host, port = self.cfg.get("rest_host", "127.0.0.1"), int(self.cfg["rest_port"])
+        self.threads = [hub.spawn(hub.WSGIServer((host, port), RestApp(self.core)).serve_forever),
+                        hub.spawn(self.loop)]
+
+    def attach(self, core: ControllerCore) -> None:
+        """Start from ``core`` with no switch connected (the tests build the app this way)."""
+        self.core = core
+        self.by_bridge = {b: n for n, b in core.fabric.bridges.items()}
         self.dps: dict[str, object] = {}
         self.ports: dict[str, dict[int, object]] = {}
         self.port_parts: dict[int, list] = {}
         self.installed: dict[str, frozenset[Flow]] = {}
         self.port_state: dict[tuple[str, int], bool] = {}
         self.barriers: dict[tuple[int, int], hub.Event] = {}
-        host, port = self.cfg.get("rest_host", "127.0.0.1"), int(self.cfg["rest_port"])
-        self.threads = [hub.spawn(hub.WSGIServer((host, port), RestApp(self.core)).serve_forever),
-                        hub.spawn(self.loop)]
+        # False after a reconfiguration was abandoned half-way: the fabric then holds
+        # neither the applied state nor the wanted one, even if the two are equal again.
+        self.converged = True
 
     # -- connection and identification ----------------------------------------------
     @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
@@ -224,25 +233,37 @@ class E3Controller(app_manager.OSKenApp):
     # -- the scheduler loop -----------------------------------------------------------
     def loop(self) -> None:
         while True:
-            if self.core.ready:
-                try:
-                    want = self.core.wanted()
-                    if want != self.core.applied_state:
-                        self.reconfigure(want)
-                except SwitchLost as exc:
-                    LOG.warning("reconfiguration abandoned: switch %s disconnected", exc)
-                except Exception:  # noqa: BLE001 - keep the controller alive, log the cause
-                    LOG.exception("reconfiguration failed")
+            self.step()
             now = time.monotonic()
             nxt = self.core.scheduler.next_change(now) if self.core.ready else None
             timeout = 0.5 if nxt is None else min(0.5, max(0.0, nxt - now))
             self.wake.wait(timeout=timeout)
             self.wake.clear()
 
+    def step(self) -> None:
+        """With every switch ready, apply the wanted OSS state if it differs from the
+        applied one or the last reconfiguration was abandoned (then the diff against the
+        per-switch ``installed`` tables undoes or completes what it did)."""
+        if not self.core.ready:
+            return
+        try:
+            want = self.core.wanted()
+            if want != self.core.applied_state or not self.converged:
+                self.reconfigure(want)
+        except SwitchLost as exc:
+            self.converged = False
+            LOG.warning("reconfiguration abandoned: switch %s disconnected", exc)
+        except Exception:  # noqa: BLE001 - keep the controller alive, log the cause
+            self.converged = False
+            LOG.exception("reconfiguration failed")
+
     def reconfigure(self, want: frozenset) -> None:
         t_start = time.monotonic()
         before = self.core.applied_state
-        reason = "grant/release" if self.core.scheduler.name == "on-demand" else "epoch"
+        if want == before:
+            reason = "repair"     # finishing or undoing an abandoned reconfiguration
+        else:
+            reason = "grant/release" if self.core.scheduler.name == "on-demand" else "epoch"
         flows, ports = self.core.plan(want)
         n_flow = n_port = 0
         # (1) remove what is no longer wanted; take special ports away from positions they leave
@@ -283,5 +304,6 @@ class E3Controller(app_manager.OSKenApp):
         self.barrier(touched)
         rec = self.core.applied(want, reason=reason, t_start=t_start, t_done=time.monotonic(),
                                 flow_mods=n_flow, port_mods=n_port)
+        self.converged = True
         LOG.info("reconfigured: %s -> %s in %.1f ms", sorted(f"{c.a}-{c.b}" for c in before),
                  [c["a"] + "-" + c["b"] for c in rec["circuits"]], 1e3 * (rec["t_done"] - t_start))

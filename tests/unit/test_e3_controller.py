@@ -1,5 +1,6 @@
 """E3 controller logic without OpenFlow: schedulers with a fake clock, the flow tables
-wanted for an OSS state, and the REST API served in-process on 127.0.0.1."""
+wanted for an OSS state, the REST API served in-process on 127.0.0.1, and the os-ken
+app's reconfigurations against fake datapaths that model their flow tables."""
 
 from __future__ import annotations
 
@@ -293,3 +294,120 @@ def test_controller_listeners_never_on_a_wildcard_address():
     for bad in ("0.0.0.0", "", "localhost", "::"):
         with pytest.raises(DefinitionError, match="controller.host"):
             check_mgmt_host(bad)
+
+
+# -- the os-ken app against fake datapaths ---------------------------------------------
+class FakeSwitch:
+    """A datapath that applies what the app sends to a model of its flow table and
+    special ports. ``lose_at(n)``: its connection closes right after the n-th message
+    from then on (that message is applied), as a switch that goes away mid-way."""
+
+    def __init__(self, app, name: str, dpid: int) -> None:
+        from os_ken.ofproto import ofproto_v1_3, ofproto_v1_3_parser
+
+        self.app, self.name, self.id = app, name, dpid
+        self.ofproto, self.ofproto_parser = ofproto_v1_3, ofproto_v1_3_parser
+        self.table: dict[tuple, int] = {}
+        self.port_up: dict[int, bool] = {}
+        self.xid = 0
+        self.countdown: int | None = None
+
+    def lose_at(self, n: int) -> None:
+        self.countdown = n
+
+    def set_xid(self, msg) -> None:
+        self.xid += 1
+        msg.set_xid(self.xid)
+
+    def send_msg(self, msg) -> None:
+        from types import SimpleNamespace
+
+        ofp, parser = self.ofproto, self.ofproto_parser
+        assert self.app.dps.get(self.name) is self, f"message to {self.name} after it was lost"
+        if isinstance(msg, parser.OFPFlowMod):
+            key = (msg.priority, json.dumps(msg.match.to_jsondict(), sort_keys=True))
+            if msg.command == ofp.OFPFC_DELETE and msg.table_id == ofp.OFPTT_ALL:
+                self.table.clear()
+            elif msg.command == ofp.OFPFC_DELETE_STRICT:
+                self.table.pop(key, None)
+            else:
+                self.table[key] = msg.instructions[0].actions[0].port
+        elif isinstance(msg, parser.OFPPortMod):
+            self.port_up[msg.port_no] = msg.config == 0
+        elif isinstance(msg, parser.OFPBarrierRequest):
+            self.app.on_barrier(SimpleNamespace(msg=SimpleNamespace(datapath=self, xid=msg.xid)))
+        if self.countdown is not None:
+            self.countdown -= 1
+            if self.countdown == 0:
+                self.countdown = None
+                self.app.on_dead(SimpleNamespace(datapath=self))
+
+
+class AnyPort(dict):
+    def get(self, port_no, default=None):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(port_no=port_no, hw_addr="02:00:00:00:00:01")
+
+
+def app_with_switches(core: ControllerCore):
+    """The E3 app on ``core`` with every switch of its fabric connected and initialised."""
+    from controllers.e3_app import E3Controller
+    from os_ken.lib import hub
+
+    app = E3Controller.__new__(E3Controller)   # no os-ken manager, no threads
+    app.wake = hub.Event()
+    app.attach(core)
+    switches = {}
+    for i, name in enumerate(core.fabric.switches()):
+        switches[name] = connect(app, name, i + 1)
+    assert core.ready
+    return app, switches
+
+
+def connect(app, name: str, dpid: int) -> FakeSwitch:
+    sw = FakeSwitch(app, name, dpid)
+    app.dps[name], app.ports[name] = sw, AnyPort()
+    app.core.switch_connected(name)
+    app.initialise(name)
+    return sw
+
+
+def fresh_tables(core: ControllerCore, state: frozenset) -> dict[str, tuple[dict, dict]]:
+    """What each switch holds after connecting to an app whose applied state is ``state``."""
+    ref = ControllerCore(core.fabric, core.scheduler, core.clock)
+    ref.applied_state = state
+    _, switches = app_with_switches(ref)
+    return {n: (sw.table, sw.port_up) for n, sw in switches.items()}
+
+
+@pytest.mark.parametrize("then", ["released", "kept"])
+def test_a_reconfiguration_abandoned_half_way_is_undone_or_completed(then):
+    """The OSS goes away after its first circuit flow (phase 2): the ToRs have already
+    lost their leaf-spine special-link flows and ports (phase 1). When the OSS is back,
+    every switch must hold exactly the tables of the then wanted state, including when
+    that is the applied state again (the reservation released meanwhile)."""
+    clock = FakeClock(1.0)
+    core = ControllerCore(small_fabric(), on_demand(clock), clock)
+    app, switches = app_with_switches(core)
+    empty = frozenset()
+    assert {n: (s.table, s.port_up) for n, s in switches.items()} == fresh_tables(core, empty)
+
+    rid = core.request("10.0.0.1", "10.0.2.1")["id"]   # t0 -> t2
+    wanted = core.wanted()
+    assert wanted != empty
+    switches["oss"].lose_at(1)
+    app.step()
+    assert not app.converged and core.applied_state == empty and not core.ready
+    partial = {n: (s.table, s.port_up) for n, s in switches.items() if n != "oss"}
+    assert partial != {n: t for n, t in fresh_tables(core, empty).items() if n != "oss"}
+
+    if then == "released":
+        core.release(rid)
+    target = core.wanted()
+    assert target == (empty if then == "released" else wanted)
+    switches["oss"] = connect(app, "oss", 99)
+    assert core.ready
+    app.step()
+    assert app.converged and core.applied_state == target
+    assert {n: (s.table, s.port_up) for n, s in switches.items()} == fresh_tables(core, target)
