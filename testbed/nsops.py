@@ -199,6 +199,24 @@ def link_mtu(name: str, netns: str | None) -> int:
     return _netlink(netns, f"read the MTU of {name}", body)
 
 
+def flush_neighbours(netns: str | None) -> int:
+    """Delete every IPv4 neighbour (ARP) entry of ``netns`` except permanent ones, as
+    ``ip neigh flush all`` does; returns how many were deleted."""
+    from socket import AF_INET
+
+    NUD_PERMANENT, NUD_NOARP = 0x80, 0x40
+
+    def body(ipr) -> int:  # type: ignore[no-untyped-def]
+        n = 0
+        for e in ipr.get_neighbours(family=AF_INET):
+            if e["state"] & (NUD_PERMANENT | NUD_NOARP):
+                continue
+            ipr.neigh("del", dst=e.get_attr("NDA_DST"), ifindex=e["ifindex"])
+            n += 1
+        return n
+    return _netlink(netns, "flush the neighbour table", body)
+
+
 def delete_link(name: str, netns: str | None) -> None:
     """Delete ``name`` if it exists (a veth takes its peer with it)."""
     def body(ipr) -> None:  # type: ignore[no-untyped-def]

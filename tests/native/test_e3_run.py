@@ -22,7 +22,7 @@ def test_e3_demo_sweep_end_to_end(tmp_path):
     require_features("netns", "htb", "ovs-userspace")
     out = tmp_path / "run"
     sets = {"tors": 4, "cluster_size": 2, "hosts_per_tor": 2, "transfers": 6, "mice_per_elephant": 2,
-            "elephant_size": "100 MB", "mouse_size": "60 MB", "scheduler": "none,on-demand",
+            "elephant_size": "100 MB", "mouse_size": "60 MB", "scheduler": "on-demand,none",
             "datapath": "netdev", "timeout": "120 s"}
     args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
     run_testbed("run", "e3-demo", "--native", "--reps", "1", "--out", str(out), *args, timeout=900)
@@ -36,6 +36,11 @@ def test_e3_demo_sweep_end_to_end(tmp_path):
     assert oss["none"] == 0 and 200 * MB <= oss["on-demand"] <= 230 * MB, oss
     gained = float(rows["on-demand"]["elephant_throughput_mean_bps"]) / float(rows["none"]["elephant_throughput_mean_bps"])
     assert gained > 1.2, rows                      # a circuit of its own beats the shared path
+    # One fabric for both points: "none" ran second on the bridges on demand had used,
+    # under a new controller, and no byte crossed the OSS (no circuit left behind).
+    built = {s: json.loads((out / "points" / r["point"] / "fabric.json").read_text())["built_for_this_point"]
+             for s, r in rows.items()}
+    assert built == {"on-demand": True, "none": False}, built
     for r in rows.values():
         point = out / "points" / r["point"]
         transfers = (point / "transfers.csv").read_text().splitlines()

@@ -84,3 +84,20 @@ def test_pids_and_delete(two_netns):
     assert not (nsops.NETNS_RUN_DIR / a).exists()
     with pytest.raises(nsops.NsOpsError, match=a):
         nsops.call_in(a, lambda: None)
+
+
+def test_flush_neighbours_removes_learnt_entries_and_keeps_permanent_ones(two_netns):
+    a, b = two_netns
+    nsops.add_veth("va", a, "vb", b)
+    for name, ns, ip in (("va", a, "10.77.0.1/24"), ("vb", b, "10.77.0.2/24")):
+        nsops.configure_link(name, ns)
+        nsops.add_address(name, ns, ip)
+    cmd.run(["ping", "-c", "1", "-W", "2", "10.77.0.2"], netns=a)     # a learns b by ARP
+    cmd.run(["ip", "neigh", "add", "10.77.0.9", "lladdr", "02:00:00:00:00:09", "dev", "va", "nud", "permanent"],
+            netns=a)
+    before = cmd.run(["ip", "neigh", "show"], netns=a).stdout
+    assert "10.77.0.2 " in before and "10.77.0.9 " in before
+    assert nsops.flush_neighbours(a) == 1
+    after = cmd.run(["ip", "neigh", "show"], netns=a).stdout
+    assert "10.77.0.2 " not in after and "10.77.0.9 " in after
+    assert nsops.flush_neighbours(a) == 0
