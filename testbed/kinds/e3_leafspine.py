@@ -3,7 +3,8 @@ space switch, schedulers none / UT / DT / on demand; docs/e3.md).
 
 One point = one repetition of one scheduler and workload: the leaf-spine of Open
 vSwitch bridges (topologies/leafspine.py; kernel datapath where the kernel has it,
-else userspace) under the os-ken controller (controllers/), ``transfers`` simultaneous
+else userspace; built once for the points that share it) under a new os-ken
+controller (controllers/), ``transfers`` simultaneous
 VM migrations from the ToRs of cluster A to those of cluster B (7 mice of 250 MB per
 elephant of 3 GB, spread equally over the sender ToRs; testbed.traffic.migration_batch),
 per-transfer throughput and completion time split elephant / mouse, the controller's
