@@ -24,6 +24,7 @@
 #define OPTSW_MAX_NE      32   /* buffer input / output ports n_e of one switch */
 #define OPTSW_MAX_ECMP    16   /* equal-cost next hops of one route */
 #define OPTSW_OCC_SLOTS   256  /* buffered packets tracked for the occupancy maximum */
+#define OPTSW_BOUT_RES    16   /* future emissions tracked per buffer output (a power of two) */
 /* fidelity-monitor histogram buckets (log-linear; the largest index, for 2^64 ns, is 495).
  * A power of two so the index is bounded with a mask: the 6.1 verifier loses a
  * compare-and-clamp bound when clang compares a zero-extended copy of the index. */
@@ -108,6 +109,18 @@ struct optsw_occ_slot {
 	__u16 pad;
 };
 
+/*
+ * The emissions reserved on one buffer output: intervals [start, end) of EO conversion,
+ * sorted by start and disjoint. A buffer output is busy only while it emits (tau), so a
+ * packet may take a gap between two reservations made earlier for other outputs.
+ */
+struct optsw_bout {
+	__u64 start_ns[OPTSW_BOUT_RES];
+	__u64 end_ns[OPTSW_BOUT_RES];
+	__u32 n;               /* reservations in use, 0..OPTSW_BOUT_RES */
+	__u32 pad;
+};
+
 struct optsw_node_state {
 	struct bpf_spin_lock lock;
 	__u32 occ_next;        /* next occupancy slot (round-robin) */
@@ -116,9 +129,18 @@ struct optsw_node_state {
 	__u32 sel_bi;          /* scratch: chosen buffer input */
 	__u32 sel_bo;          /* scratch: chosen buffer output */
 	__u64 bin_free_ns[OPTSW_MAX_NE];  /* buffer inputs busy (OE) until */
-	__u64 bout_free_ns[OPTSW_MAX_NE]; /* buffer outputs busy (EO) until */
+	__u64 bout_overflow;   /* reservations that found their buffer output's calendar full */
+	__u64 sel_dep;         /* scratch: earliest departure found */
+	__u64 sel_t;           /* scratch of the emission search: candidate departure */
+	__u32 sel_done;        /* scratch of the emission search: this output's slot found */
+	__u32 sel_pad;
+	__u32 sel_n;           /* scratch of bout_reserve: reservations kept */
+	__u32 sel_pos;         /* scratch of bout_reserve: where the new one goes */
+	__u32 sel_drop;        /* scratch of bout_reserve: reservations that ended */
+	__u32 sel_best;        /* scratch of bout_reserve: the gap given up */
 	struct optsw_port_state port[OPTSW_MAX_PORTS];
 	struct optsw_occ_slot occ[OPTSW_OCC_SLOTS];
+	struct optsw_bout bout[OPTSW_MAX_NE];
 };
 
 /* Test hook (BPF_PROG_TEST_RUN only, when rodata tb_test_mode = 1). */

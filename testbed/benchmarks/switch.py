@@ -1,6 +1,7 @@
 """Optical switch benchmarks: ns per packet of the optswitch ingress and egress programs
-(JIT, native, BPF_PROG_TEST_RUN repeat) and the fidelity monitor's p99 lateness at the
-default D in the full-kernel guest.
+(JIT, native, BPF_PROG_TEST_RUN repeat), the fidelity monitor's p99 lateness at the
+default D in the full-kernel guest, and the port model against the independent
+simulator of the paper's switch (testbed/optical/oracle.py; a table on stdout).
 """
 
 from __future__ import annotations
@@ -53,8 +54,30 @@ def _guest_lateness() -> list[float]:
     return [float(ln.split()[-1]) for ln in p.stdout.splitlines() if ln.startswith("OPTSW_P99_US ")]
 
 
+#: packets per configuration of the oracle comparison
+ORACLE_PACKETS = 100_000
+
+
+def _oracle_table() -> list[float]:
+    """Print the port model vs simulator table (every E1 configuration, k = 4 and 8);
+    returns the wall seconds of each configuration."""
+    import time
+
+    from testbed.optical import oracle
+
+    rows, secs = [], []
+    for cfg in oracle.configs(4) + oracle.configs(8):
+        t0 = time.monotonic()
+        rows.append(oracle.compare(cfg, ORACLE_PACKETS, seed=1))
+        secs.append(time.monotonic() - t0)
+    print(f"port model vs the paper's switch, {ORACLE_PACKETS} packets per configuration "
+          f"(bounds: PLR {oracle.PLR_BOUND}, mean sojourn {oracle.SOJOURN_BOUND:.0%}):")
+    print(oracle.table(rows), flush=True)
+    return secs
+
+
 def run() -> list[Measurement]:
-    out = []
+    out = [Measurement("oracle comparison, one configuration (Python)", _oracle_table())]
     if os.geteuid() == 0:
         out.append(Measurement("optswitch ingress (JIT, native, per packet)",
                                _prog_ns("optsw_ingress", "hybrid"), "ns"))

@@ -45,7 +45,7 @@ def configure_node(pin_dir: Path, node_id: int, model: str, n_e: int, ports: lis
 
 
 #: bytes of one optsw_state value (see ebpf/optswitch.h)
-STATE_SIZE = 32 + 16 * layout.MAX_NE + 96 * layout.MAX_PORTS + 16 * layout.OCC_SLOTS
+STATE_SIZE = layout.STATE_SIZE
 
 
 def set_routes(pin_dir: Path, routes: dict[tuple[int, str], list[int]], *, flow_hash: bool = False) -> None:
@@ -57,7 +57,7 @@ def set_routes(pin_dir: Path, routes: dict[tuple[int, str], list[int]], *, flow_
 
 def read_states(pin_dir: Path, n_ports: dict[int, int]) -> dict[int, dict]:
     """Counters of the nodes in ``n_ports`` ({node id: ports in use}): per node
-    ``max_occ_bytes``, ``occ_overflow`` and ``ports`` (a dict per port)."""
+    ``max_occ_bytes``, ``occ_overflow``, ``bout_overflow`` and ``ports`` (a dict per port)."""
     out = {}
     for k, v in bpf.map_dump(pin_dir, "optsw_state", [layout.u32_key(n) for n in sorted(n_ports)]):
         node = int.from_bytes(k, "little")

@@ -15,6 +15,7 @@ MAX_PORTS = 32
 MAX_NE = 32
 MAX_ECMP = 16
 OCC_SLOTS = 256
+BOUT_RES = 16
 LATE_BUCKETS = 512
 
 #: model names -> OPTSW_MODEL_* values
@@ -28,6 +29,13 @@ _PORT_CFG = struct.Struct("<QQII")                      # 24 bytes
 _NODE_CFG_HEAD = struct.Struct("<IIII")                 # 16 bytes
 _PORT_STATE = struct.Struct("<12Q")                     # 96 bytes
 _STATE_HEAD = struct.Struct("<IIQQII")                  # lock, occ_next, max_occ, overflow, sel_bi, sel_bo
+_STATE_MID = struct.Struct("<QQQIIIIII")                # bout_overflow, sel_dep, sel_t, 6 x u32 scratch
+_OCC_SLOT_SIZE = 16
+_BOUT_SIZE = 16 * BOUT_RES + 8                          # start_ns[], end_ns[], n, pad
+#: byte offset of port[0] in an optsw_node_state value
+STATE_PORTS_OFFSET = _STATE_HEAD.size + 8 * MAX_NE + _STATE_MID.size
+#: bytes of one optsw_node_state value (struct optsw_node_state in ebpf/optswitch.h)
+STATE_SIZE = STATE_PORTS_OFFSET + _PORT_STATE.size * MAX_PORTS + _OCC_SLOT_SIZE * OCC_SLOTS + _BOUT_SIZE * MAX_NE
 _MONITOR_HEAD = struct.Struct("<4Q")
 #: bytes of one optsw_monitor value (struct optsw_monitor in ebpf/optswitch.h)
 MONITOR_SIZE = _MONITOR_HEAD.size + 8 * LATE_BUCKETS
@@ -104,14 +112,17 @@ def hook_value(now_ns: int, length: int, port: int, rand: int) -> bytes:
 
 
 def parse_node_state(value: bytes, n_ports: int) -> dict:
-    """Decode an optsw_state value: node maxima and the first ``n_ports`` port records."""
+    """Decode an optsw_state value: node maxima, overflow counters (``occ_overflow``:
+    occupancy slots merged; ``bout_overflow``: buffer-output reservations merged) and the
+    first ``n_ports`` port records."""
     _lock, _next, max_occ, overflow, _bi, _bo = _STATE_HEAD.unpack_from(value, 0)
-    off = _STATE_HEAD.size + 16 * MAX_NE
+    bout_overflow, *_scratch = _STATE_MID.unpack_from(value, _STATE_HEAD.size + 8 * MAX_NE)
+    off = STATE_PORTS_OFFSET
     ports = []
     for p in range(min(n_ports, MAX_PORTS)):
         vals = _PORT_STATE.unpack_from(value, off + p * _PORT_STATE.size)
         ports.append(dict(zip(PORT_STATE_FIELDS, vals)))
-    return {"max_occ_bytes": max_occ, "occ_overflow": overflow, "ports": ports}
+    return {"max_occ_bytes": max_occ, "occ_overflow": overflow, "bout_overflow": bout_overflow, "ports": ports}
 
 
 def parse_monitor(value: bytes) -> dict:

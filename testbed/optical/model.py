@@ -13,22 +13,29 @@ Models (Minakhmetov, Ware, Iannone, sections II and IV):
 * ``hybrid``: output free -> cut-through. Otherwise, if a buffer input is free at a,
   the packet occupies it for tau (OE), then waits in the output's FIFO and leaves when
   it is first, the output is free and a buffer output is free (EO), holding both for
-  tau; no buffer input free -> dropped. Buffer volume is unlimited.
+  tau; no buffer input free -> dropped. Buffer volume is unlimited. A buffer input
+  whose conversion ends exactly at a is still busy (ties go against the arrival: the
+  paper's residual loss of the fully-buffered switch); an output released at a is
+  free. A buffer output is reserved only for the tau of each emission: every buffer
+  output keeps a calendar of at most BOUT_RES future emissions, and a packet takes the
+  earliest gap of length tau on any of them (lowest index on a tie), so packets
+  buffered for different outputs never block each other.
 * ``electronic``: every packet is received whole (tau), then FIFO per output; never
   dropped; every packet is one OEO conversion.
 * ``nic``: a host NIC serialising at the link rate (FIFO).
 
 Departures are committed when a packet arrives (the kernel must stamp the packet
 then): a buffered packet reserves the output from its departure for tau, and a later
-arrival finds the output busy during the whole reservation. docs/optical-switch.md
-explains where this differs from the paper's event-driven simulator.
+arrival finds the output busy until the end of the reservation. docs/optical-switch.md
+explains where this differs from the paper's event-driven simulator
+(``testbed/optical/eventsim.py`` is an independent one, written from the paper).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from testbed.optical.layout import BUFFER, CUT, DROP, MAX_NE, MAX_PORTS, OCC_SLOTS, PortConfig, tau_ns
+from testbed.optical.layout import BOUT_RES, BUFFER, CUT, DROP, MAX_NE, MAX_PORTS, OCC_SLOTS, PortConfig, tau_ns
 
 MODEL_NAMES = ("nic", "electronic", "all-optical", "hybrid")
 
@@ -86,9 +93,11 @@ class SwitchModel:
             raise ValueError(f"{len(self.ports)} ports; a node has 1..{MAX_PORTS}")
         self.state = [PortCounters() for _ in self.ports]
         self.bin_free = [0] * self.n_e
-        self.bout_free = [0] * self.n_e
+        # per buffer output: reserved emissions [start, end), sorted and disjoint
+        self.bout: list[list[tuple[int, int]]] = [[] for _ in range(self.n_e)]
         self.max_occ_bytes = 0
         self.occ_overflow = 0
+        self.bout_overflow = 0
         # Occupancy slots (dep_ns, bytes, port), used round-robin like the BPF code.
         self._occ = [[0, 0, 0] for _ in range(OCC_SLOTS)]
         self._occ_next = 0
@@ -108,12 +117,14 @@ class SwitchModel:
         else:
             kind = DROP
             if self.model == "hybrid" and self.n_e > 0:
-                free_in = [i for i in range(self.n_e) if self.bin_free[i] <= a]
+                free_in = [i for i in range(self.n_e) if self.bin_free[i] < a or self.bin_free[i] == 0]
                 if free_in:
-                    bo = min(range(self.n_e), key=lambda i: self.bout_free[i])  # first minimum
+                    t0 = max(a + tau, ps.out_free_ns)
+                    gaps = [_gap(cal, t0, tau) for cal in self.bout]
+                    bo = min(range(self.n_e), key=lambda i: gaps[i])  # first minimum
+                    dep = gaps[bo]
                     self.bin_free[free_in[0]] = a + tau
-                    dep = max(a + tau, ps.out_free_ns, self.bout_free[bo])
-                    self.bout_free[bo] = dep + tau
+                    self._reserve(bo, a, dep, dep + tau)
                     kind = BUFFER
         if kind == DROP:
             ps.dropped += 1
@@ -130,6 +141,23 @@ class SwitchModel:
             self._occupy(port, a, dep, length)
         return Decision(kind, dep, tau)
 
+    def _reserve(self, bo: int, a: int, start: int, end: int) -> None:
+        """Reserve [start, end) on buffer output ``bo`` (inside a gap found by _gap):
+        emissions that ended by the arrival ``a`` are forgotten; a full calendar gives
+        up its smallest gap other than the new one's (counted in bout_overflow)."""
+        # (reservations are sorted and disjoint, so those that ended form a prefix)
+        cal = _drop_ended_prefix(self.bout[bo], a)
+        pos = sum(1 for r in cal if r[0] < start)
+        if len(cal) >= BOUT_RES:
+            gaps = [(cal[j + 1][0] - cal[j][1], j) for j in range(len(cal) - 1) if j + 1 != pos]
+            _, best = min(gaps)  # smallest gap, lowest index on a tie
+            cal = cal[:best] + [(cal[best][0], cal[best + 1][1])] + cal[best + 2:]
+            if pos > best + 1:
+                pos -= 1
+            self.bout_overflow += 1
+        cal.insert(pos, (start, end))
+        self.bout[bo] = cal
+
     def _occupy(self, port: int, a: int, dep: int, length: int) -> None:
         total = length + sum(s[1] for s in self._occ if s[0] > a)
         mine = length + sum(s[1] for s in self._occ if s[0] > a and s[2] == port)
@@ -143,6 +171,26 @@ class SwitchModel:
         self._occ_next += 1
         self.max_occ_bytes = max(self.max_occ_bytes, total)
         self.state[port].max_occ_bytes = max(self.state[port].max_occ_bytes, mine)
+
+
+def _gap(cal: list[tuple[int, int]], t: int, tau: int) -> int:
+    """Earliest time >= t at which a buffer output with reservations ``cal`` (sorted,
+    disjoint [start, end) in ns) is free for ``tau`` ns."""
+    for start, end in cal:
+        if end <= t:
+            continue
+        if start >= t + tau:
+            break
+        t = end
+    return t
+
+
+def _drop_ended_prefix(cal: list[tuple[int, int]], a: int) -> list[tuple[int, int]]:
+    """``cal`` without its leading reservations that ended by ``a`` (a new list)."""
+    i = 0
+    while i < len(cal) and cal[i][1] <= a:
+        i += 1
+    return cal[i:]
 
 
 def erlang_b1(rho: float) -> float:

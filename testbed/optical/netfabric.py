@@ -174,7 +174,9 @@ class OpticalFabric:
                              "cut_through": ps["cut"], "buffered": ps["buffered"],
                              "oeo": ps["buffered"], "dropped": ps["dropped"], "bytes": ps["bytes"],
                              "busy_ns": ps["busy_ns"], "max_occ_bytes": ps["max_occ_bytes"],
-                             "node_max_occ_bytes": st["max_occ_bytes"], "rx": ps["rx"],
+                             "node_max_occ_bytes": st["max_occ_bytes"],
+                             "node_occ_overflow": st["occ_overflow"],
+                             "node_bout_overflow": st["bout_overflow"], "rx": ps["rx"],
                              "unmodelled": ps["nocfg"], "last_dep_ns": ps["last_dep_ns"],
                              "last_rx_real_ns": ps["last_rx_real_ns"],
                              "last_rx_stamp_ns": ps["last_rx_stamp_ns"]})
