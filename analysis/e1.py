@@ -3,8 +3,10 @@
 Reads only summary.csv (one row per repetition of a point, paper units) and config.json.
 Figures: network throughput (Gb/s) against load (requests/s, log x), one curve per switch
 configuration, mean with 95 % Student-t intervals over repetitions; one panel per CCA,
-one figure per link length. Tables: the headline throughput table, and per configuration
-the maximum buffer occupancy, OEO fraction and packet loss ratio.
+one figure per link length. Tables: the headline throughput table, per configuration
+the maximum buffer occupancy, OEO fraction and packet loss ratio, and the findings
+(``analysis.e1_findings``: the paper's claims with 95 % intervals, also written to
+``findings.csv`` / ``findings.md`` in the report folder).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from analysis import findings  # noqa: E402
+from analysis.e1_findings import PAPER_RTO_S, evaluate  # noqa: E402
 from analysis.stats import mean_ci  # noqa: E402
 from testbed.units import Dim, Quantity  # noqa: E402
 
@@ -25,30 +29,59 @@ from testbed.units import Dim, Quantity  # noqa: E402
 CCA_ORDER = ("saw", "sawl", "sack", "msack", "reno", "cubic", "bbr", "paced-reno")
 
 
+def switch_config(row: pd.Series) -> tuple[str, int, float]:
+    """(kind, n_e, initial RTO in s) of a summary row, from ``switch`` = all-optical |
+    hybrid:N | electronic, optionally @RTO (else the ``initial_rto`` column, else the
+    paper's 1 ms). kind is all-optical, hybrid or electronic; n_e is 0 but for hybrid.
+    Raises UnitError for an RTO that is not a time."""
+    config, _, rto_text = str(row["switch"]).partition("@")
+    config = config.strip()
+    rto_value = rto_text.strip() or row.get("initial_rto")
+    rto = Quantity.parse(rto_value, Dim.TIME).si if isinstance(rto_value, str) and rto_value else PAPER_RTO_S
+    kind, _, n_text = config.partition(":")
+    return kind, int(n_text) if kind == "hybrid" else 0, rto
+
+
 def switch_label(row: pd.Series) -> str:
     """The paper's curve label: n_e = N for all-optical/hybrid, electronic with its
-    initial RTO (from ``switch`` = all-optical | hybrid:N | electronic[@RTO])."""
-    config, _, rto_text = str(row["switch"]).partition("@")
-    if config == "electronic":
-        rto = Quantity.parse(rto_text or row["initial_rto"], Dim.TIME)
-        return f"electronic, RTO {rto}"
-    if config == "all-optical":
-        return "n_e = 0"
-    return f"n_e = {int(config.partition(':')[2])}"
+    initial RTO (from ``switch`` = all-optical | hybrid:N | electronic[@RTO]); an
+    all-optical or hybrid curve whose initial RTO is not the paper's 1 ms says its RTO too."""
+    return _label(*switch_config(row))
 
 
-def _label_order(label: str) -> tuple[int, float]:
-    if label.startswith("n_e"):
-        return 0, float(label.split("=")[1])
-    return 1, Quantity.parse(label.split("RTO ")[1], Dim.TIME).si
+def _label(kind: str, n_e: int, rto: float) -> str:
+    if kind == "electronic":
+        return f"electronic, RTO {Quantity(rto, Dim.TIME)}"
+    label = f"n_e = {n_e}"
+    return label if math.isclose(rto, PAPER_RTO_S) else f"{label}, RTO {Quantity(rto, Dim.TIME)}"
+
+
+def _label_order(label: str) -> tuple[int, float, float]:
+    head, _, rto_text = label.partition(", RTO ")
+    rto = Quantity.parse(rto_text, Dim.TIME).si if rto_text else PAPER_RTO_S
+    if head.startswith("n_e"):
+        return 0, float(head.split("=")[1]), rto
+    return 1, rto, 0.0
+
+
+def configs(summary: pd.DataFrame) -> pd.DataFrame:
+    """The summary with each row's configuration in SI: ``config`` (the curve label),
+    ``kind``, ``n_e``, ``rto_s``, ``load_per_s`` and ``length_m``. Raises UnitError for
+    a load, length or RTO without its unit."""
+    s = summary.copy()
+    parsed = [switch_config(r) for _, r in s.iterrows()]
+    s["config"] = [_label(*p) for p in parsed]
+    s["kind"] = [p[0] for p in parsed]
+    s["n_e"] = [p[1] for p in parsed]
+    s["rto_s"] = [p[2] for p in parsed]
+    s["load_per_s"] = [Quantity.parse(v, Dim.FREQUENCY).si for v in s["load"]]
+    s["length_m"] = [Quantity.parse(v, Dim.LENGTH).si for v in s["link_length"]]
+    return s
 
 
 def aggregate(summary: pd.DataFrame) -> pd.DataFrame:
     """One row per (cca, link length, switch configuration, load): means and CI half-widths."""
-    s = summary.copy()
-    s["config"] = s.apply(switch_label, axis=1)
-    s["load_per_s"] = [Quantity.parse(v, Dim.FREQUENCY).si for v in s["load"]]
-    s["length_m"] = [Quantity.parse(v, Dim.LENGTH).si for v in s["link_length"]]
+    s = configs(summary)
     rows = []
     for (cca, length, config, load), g in s.groupby(["cca", "length_m", "config", "load_per_s"], sort=True):
         thr, thr_ci = mean_ci(list(g["throughput_bps"]))
@@ -65,7 +98,8 @@ def aggregate(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def analyse(summary: pd.DataFrame, config: dict, out: Path) -> tuple[list[Path], list[tuple[str, pd.DataFrame]]]:
-    """Draw the throughput-vs-load panels and return (figures, tables)."""
+    """Draw the throughput-vs-load panels, write findings.csv/.md into ``out`` (the report
+    folder) and return (figures, tables); the findings table is titled ``findings.TITLE``."""
     agg = aggregate(summary)
     figs: list[Path] = []
     for length, by_len in agg.groupby("link_length_m"):
@@ -86,7 +120,9 @@ def analyse(summary: pd.DataFrame, config: dict, out: Path) -> tuple[list[Path],
             ax.legend(fontsize=8)
         for ax in list(axes.flat)[len(ccas):]:
             ax.axis("off")
-        fig.suptitle(f"fat-tree, link length {length:g} m (mean, 95% Student-t CI; paper units)")
+        scale = ", ".join(sorted({str(v) for v in summary.get("size_scale", [])})) or "?"
+        fig.suptitle(f"fat-tree, link length {length:g} m, file sizes x {scale} "
+                     "(mean, 95% Student-t CI; paper units)")
         fig.tight_layout()
         figs.append(out / f"throughput_vs_load_{length:g}m.png")
         fig.savefig(figs[-1], dpi=110)
@@ -96,5 +132,9 @@ def analyse(summary: pd.DataFrame, config: dict, out: Path) -> tuple[list[Path],
     buffers = agg[["cca", "link_length_m", "switch", "load_per_s"]
                   + [c for c in ("max_buffer_MB", "oeo_fraction", "packet_loss_ratio", "lateness_p99_us")
                      if c in agg]]
+    scale = ", ".join(sorted(set(map(str, summary["size_scale"])))) if "size_scale" in summary else "not recorded"
+    found = findings.write(evaluate(configs(summary)), out,
+                           preamble=f"E1, size_scale {scale}. Rule and margins: docs/e1.md, section Findings.")
     return figs, [("Network throughput per configuration (Figs. 4/5 data, paper units)", headline),
-                  ("Buffer occupancy, OEO fraction and packet loss ratio (means over repetitions)", buffers)]
+                  ("Buffer occupancy, OEO fraction and packet loss ratio (means over repetitions)", buffers),
+                  (f"{findings.TITLE}, size_scale {scale}", found)]

@@ -12,6 +12,9 @@ completion time of elephants and mice, paper units) and every point's transfers.
 - Tables 1-4: min / average / max over repetitions of the per-run average, for
   {no direct link, UT, DT, on demand} x {workloads}, in the paper's layout (Mb/s, s),
   followed by the paper's own numbers for comparison.
+- Findings (``analysis.e3_findings``): the paper's claims per workload with 95 %
+  intervals over repetitions, also written to ``findings.csv`` / ``findings.md``;
+  ``e3_findings.json`` keeps the gains over no direct link with the verdicts.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+
+from analysis import e3_findings, findings  # noqa: E402
 
 SCHEDULER_ORDER = ("none", "ut", "dt", "on-demand")
 LABELS = {"none": "No direct link", "ut": "UT", "dt": "DT", "on-demand": "On Demand"}
@@ -185,7 +190,9 @@ def paper_reference(tag: str, metric: str) -> pd.DataFrame:
 
 
 def analyse(summary: pd.DataFrame, config: dict, out: Path) -> tuple[list[Path], list[tuple[str, pd.DataFrame]]]:
-    """Draw the boxplots and the SSE sweep; return them with Tables 1-4 (ours, then the paper's)."""
+    """Draw the boxplots and the SSE sweep; return them with Tables 1-4 (ours, then the
+    paper's), the per-run table and the findings table (titled ``findings.TITLE``), which
+    is also written to ``out/findings.csv`` and ``out/findings.md``."""
     results = out.parent
     transfers = load_transfers(results, summary)
     figs: list[Path] = []
@@ -205,13 +212,25 @@ def analyse(summary: pd.DataFrame, config: dict, out: Path) -> tuple[list[Path],
     per_run = summary[["point", "scheduler", "transfers", "sse", "rep", *extra]]
     tables.append(("Per run: reconfigurations during the traffic, retransmitted segments, bytes through the OSS",
                    per_run))
-    (out / "e3_findings.json").write_text(json.dumps(findings(summary), indent=1))
+    found = e3_findings.evaluate(_main_sse(summary), PAPER, scale)
+    table = findings.write(found, out, preamble=f"E3, scale {scale}. Rule and margins: docs/e3.md, section Findings.")
+    tables.append((f"{findings.TITLE}, scale {scale}", table))
+    (out / "e3_findings.json").write_text(json.dumps(gains(summary, found), indent=1))
     return figs, tables
 
 
-def findings(summary: pd.DataFrame) -> dict[str, object]:
-    """The paper's qualitative findings checked on this run's averages (per workload)."""
+def gains(summary: pd.DataFrame, found: list[findings.Finding]) -> dict[str, object]:
+    """Per workload: each scheduler's relative gain over no direct link in the mean
+    elephant and mouse throughput (point estimates), the findings' verdicts (95 %
+    intervals), and two booleans kept for older readers: ``ut_worse_for_elephants``
+    (F1) and ``on_demand_elephant_gain_ge_30pct`` (F3a), True when the finding holds,
+    False when it does not, None when inconclusive or not measured."""
     s = _main_sse(summary)
+    verdicts = {f.id: f.verdict for f in found}
+
+    def flag(fid: str) -> bool | None:
+        return {findings.HOLDS: True, findings.FAILS: False}.get(verdicts.get(fid, ""))
+
     out: dict[str, object] = {}
     for n, g in s.groupby("transfers"):
         m = g.groupby("scheduler")[["elephant_throughput_mean_bps", "mouse_throughput_mean_bps"]].mean()
@@ -223,8 +242,8 @@ def findings(summary: pd.DataFrame) -> dict[str, object]:
             if sched in m.index:
                 res[f"{sched}_elephant_gain"] = m.loc[sched, "elephant_throughput_mean_bps"] / base_e - 1
                 res[f"{sched}_mouse_gain"] = m.loc[sched, "mouse_throughput_mean_bps"] / base_m - 1
-        res["ut_worse_for_elephants"] = bool(res.get("ut_elephant_gain", 0) < 0) if "ut" in m.index else None
-        res["on_demand_elephant_gain_ge_30pct"] = bool(res.get("on-demand_elephant_gain", 0) >= 0.3) \
-            if "on-demand" in m.index else None
+        res["ut_worse_for_elephants"] = flag(f"F1-{n}")
+        res["on_demand_elephant_gain_ge_30pct"] = flag(f"F3a-{n}")
+        res["verdicts"] = {fid.rsplit("-", 1)[0]: v for fid, v in verdicts.items() if fid.endswith(f"-{n}")}
         out[str(n)] = res
     return out

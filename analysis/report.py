@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis import findings as findings_mod
 from testbed.results import atomic_write
 
 
@@ -41,7 +42,8 @@ def generate(results: Path) -> Path:
     e = html.escape
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(config['experiment']['name'])}</title>",
              "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse}"
-             "td,th{border:1px solid #ccc;padding:3px 8px;font-size:90%}img{max-width:100%}</style></head><body>",
+             "td,th{border:1px solid #ccc;padding:3px 8px;font-size:90%}img{max-width:100%}"
+             f"{findings_mod.CSS}</style></head><body>",
              f"<h1>{e(config['experiment']['name'])}</h1><p>{e(config['experiment'].get('description', ''))}</p>",
              f"<p>kind <code>{e(config['experiment']['kind'])}</code> · time dilation factor D = "
              f"{config['run']['tdf']} (all values in paper units) · ran on "
@@ -50,9 +52,19 @@ def generate(results: Path) -> Path:
              f"{e(str(manifest.get('git', {}).get('sha', '?'))[:12])}</p>",
              "<p><a href='../config.json'>config.json</a> · <a href='../manifest.json'>manifest.json</a> · "
              "<a href='../summary.csv'>summary.csv</a> · <a href='../logs/run.log'>run log</a></p>"]
+    # the findings first (verdict per claim of the paper), then the figures, then the other tables
+    for i, (title, table) in enumerate(tables):
+        if findings_mod.is_findings(title, table):
+            counts = ", ".join(f"{(table['verdict'] == v).sum()} {v}" for v in findings_mod.VERDICTS)
+            parts.append(f"<h2>{e(title)}</h2><p>{e(counts)} · <a href='table{i + 1}.csv'>CSV</a>"
+                         + (" · <a href='findings.md'>Markdown</a>" if (out / "findings.md").exists() else "")
+                         + f"</p><p style='font-size:90%'>{e(findings_mod.LEGEND)}</p>")
+            parts.append(findings_mod.to_html(table))
     for fig in figures:
         parts.append(f"<p><img src='{e(fig.name)}'></p>")
     for i, (title, table) in enumerate(tables):
+        if findings_mod.is_findings(title, table):
+            continue
         parts.append(f"<h2>{e(title)}</h2><p><a href='table{i + 1}.csv'>CSV</a></p>")
         parts.append(table.to_html(index=False, float_format=lambda v: f"{v:.4g}", na_rep="–"))
     parts.append("<h2>Points</h2><table><tr><th>point</th><th>parameters</th><th>state</th><th>error</th></tr>")

@@ -1,9 +1,13 @@
-"""E1 analysis: aggregation over repetitions, curve labels, and the figure files."""
+"""E1 analysis: aggregation over repetitions, curve labels, the figure files and the findings."""
+
+import html
+import json
 
 import pandas as pd
 import pytest
 
-from analysis import e1
+from analysis import e1, findings
+from analysis.e1_findings import evaluate
 
 
 def summary() -> pd.DataFrame:
@@ -38,4 +42,126 @@ def test_analyse_draws_one_figure_per_link_length(tmp_path):
     figs, tables = e1.analyse(pd.concat([s, s2]), {}, tmp_path)
     assert sorted(f.name for f in figs) == ["throughput_vs_load_100m.png", "throughput_vs_load_10m.png"]
     assert all(f.stat().st_size > 10_000 for f in figs)
-    assert len(tables) == 2 and len(tables[0][1]) == 24
+    assert len(tables) == 3 and len(tables[0][1]) == 24
+    title, found = tables[2]
+    assert findings.is_findings(title, found) and set(found["verdict"]) <= set(findings.VERDICTS)
+    assert (tmp_path / "findings.csv").exists() and (tmp_path / "findings.md").exists()
+
+
+def test_labels_keep_the_initial_rto_of_optical_and_hybrid_curves():
+    s = summary()
+    s.loc[s["switch"] == "hybrid:2", "switch"] = "hybrid:2@1 s"
+    s = pd.concat([summary(), s[s["switch"] == "hybrid:2@1 s"]])
+    assert set(e1.aggregate(s)["switch"]) == {"n_e = 0", "n_e = 2", "n_e = 2, RTO 1 s", "electronic, RTO 1 s"}
+    assert sorted({"electronic, RTO 1 s", "n_e = 2, RTO 1 s", "n_e = 2", "n_e = 0"}, key=e1._label_order) == \
+        ["n_e = 0", "n_e = 2", "n_e = 2, RTO 1 s", "electronic, RTO 1 s"]
+
+
+# ---- findings --------------------------------------------------------------------------
+
+SPREAD = (0.98, 1.0, 1.02)  # repetitions: mean x these (deterministic)
+
+
+def rows(cca, switch, gbps_per_load, length="10 m", reps=SPREAD, buffer_mb=0.1, k=4, **extra):
+    """Summary rows of one configuration: {load /s: mean Gb/s} x the repetitions' spread."""
+    out = []
+    for load, gbps in gbps_per_load.items():
+        for rep, f in enumerate(reps):
+            out.append({"k": k, "cca": cca, "switch": switch, "link_length": length, "load": f"{load} /s",
+                        "initial_rto": "1 ms", "size_scale": "0.1 %", "rep": rep, "throughput_bps": gbps * f * 1e9,
+                        "max_buffer_bytes": buffer_mb * f * 1e6, "loss_ratio": 0.01, "oeo_fraction": 0.1,
+                        "retransmits": 3, **extra})
+    return out
+
+
+def by_id(frame):
+    return {f.id: f for f in evaluate(e1.configs(pd.DataFrame(frame)))}
+
+
+def test_findings_hold_fail_and_say_what_is_not_measured():
+    f = by_id(rows("saw", "all-optical", {10000: 5, 100000: 20, 300000: 10})
+              + rows("saw", "hybrid:2", {10000: 5, 100000: 20, 300000: 21})
+              + rows("sack", "all-optical", {10000: 8, 100000: 30, 300000: 15}, buffer_mb=0))
+    assert f["F1a-saw"].verdict == findings.HOLDS
+    assert f["F1a-saw"].where == "SAW, 10 m, load 300000 /s"
+    assert f["F1a-saw"].a.label == "n_e = 2" and f["F1a-saw"].b.label == "n_e = 0" and f["F1a-saw"].a.n == 3
+    assert f["F1a-saw"].estimate == pytest.approx(2.1)
+    assert f["F1b-saw"].verdict == findings.HOLDS and f["F1b-saw"].b.label == "load 100000 /s (best lower load)"
+    assert f["F1c-saw"].verdict == findings.HOLDS          # 21 vs 20: no fall beyond the 10 % margin
+    assert f["F3c"].verdict == findings.FAILS               # SACK above SAW over all-optical here
+    assert f["F3c"].hi < 1
+    for fid, needs in (("F1a-sawl", "cca = sawl"), ("F2", "sawl and saw"), ("F3a-sack", "100 m"),
+                       ("F4c.2", "all-optical@1 s"), ("F4b", "hybrid:k")):
+        assert f[fid].verdict == findings.NOT_MEASURED and needs in f[fid].reason, fid
+    assert f["F1a-sack"].verdict == findings.NOT_MEASURED   # SACK has no hybrid here
+    assert f["F5-saw"].verdict == findings.HOLDS and "size_scale 0.1 %" in f["F5-saw"].where
+
+
+def test_findings_are_inconclusive_with_one_repetition_or_overlapping_intervals():
+    f = by_id(rows("saw", "all-optical", {10000: 5, 300000: 10}, reps=(1.0,))
+              + rows("saw", "hybrid:2", {10000: 5, 300000: 21}, reps=(1.0,))
+              + rows("sawl", "hybrid:2", {300000: 22}, reps=(0.6, 1.0, 1.4))
+              + rows("saw", "hybrid:2", {300000: 21}, reps=(1.0, 1.0)))
+    assert f["F1a-saw"].verdict == findings.INCONCLUSIVE and "fewer than 2" in f["F1a-saw"].reason
+    assert f["F2"].verdict == findings.INCONCLUSIVE and f["F2"].lo < 1 < f["F2"].hi
+
+
+def test_collapse_needs_a_load_past_saturation():
+    low = [dict(r, offered_load=0.3 if r["load"] == "10000 /s" else 0.8)
+           for r in rows("saw", "all-optical", {10000: 5, 300000: 10}) + rows("saw", "hybrid:2", {10000: 5, 300000: 9})]
+    f = by_id(low)
+    assert f["F1b-saw"].verdict == f["F1c-saw"].verdict == findings.NOT_MEASURED
+    assert "offers 80 % of the servers' capacity" in f["F1b-saw"].reason
+    past = by_id([dict(r, offered_load=1.2) for r in low])
+    assert past["F1b-saw"].verdict == findings.FAILS     # still rising past saturation: no collapse
+    assert past["F1c-saw"].verdict == findings.HOLDS
+
+
+def test_electronic_and_rto_findings():
+    f = by_id(rows("sack", "hybrid:4", {100000: 30, 300000: 31})
+              + rows("sack", "electronic", {100000: 29, 300000: 30})
+              + rows("sack", "electronic@1 s", {100000: 29, 300000: 30})
+              + rows("sack", "all-optical", {100000: 20, 300000: 12})
+              + rows("sack", "all-optical@1 s", {300000: 6})
+              + rows("sack", "hybrid:2", {300000: 25}) + rows("sack", "hybrid:2@1 s", {300000: 28})
+              + rows("saw", "electronic", {300000: 3}) + rows("saw", "all-optical", {300000: 9}))
+    assert f["F4a-saw"].verdict == findings.HOLDS and f["F4a-saw"].a.label == "electronic, RTO 1 ms"
+    assert f["F4b"].verdict == findings.HOLDS and f["F4b"].a.label == "n_e = k" and "non-inferiority" in f["F4b"].rule
+    assert f["F4c.1"].verdict == findings.HOLDS and "0.9 < a / b < 1.1" in f["F4c.1"].rule
+    assert f["F4c.2"].verdict == findings.HOLDS and f["F4c.2"].a.label == "RTO 1 s"
+    assert f["F4c.3"].verdict == findings.FAILS and "n_e = 2" in f["F4c.3"].where   # 28 > 25 at 1 s
+    assert f["F4a-sawl"].verdict == findings.NOT_MEASURED
+
+
+def test_buffer_findings_use_the_worst_hybrid_configuration():
+    f = by_id(rows("sack", "hybrid:1", {300000: 30}, buffer_mb=0.5) + rows("sack", "hybrid:2", {300000: 30},
+                                                                            buffer_mb=3.0)
+              + rows("sack", "electronic", {300000: 30}, buffer_mb=50.0))
+    assert f["F5-sack"].verdict == findings.FAILS and f["F5-sack"].a.label == "n_e = 2"
+    assert f["F5-sack"].estimate == pytest.approx(3.0) and f["F5-sack"].unit == "MB"
+    assert "1.1" in f["F5-sack"].rule and "x 0.1 %" in f["F5-sack"].rule
+    assert f["F5-msack"].verdict == findings.NOT_MEASURED
+
+
+def test_spurious_retransmissions_are_a_side_column_when_present():
+    base = rows("saw", "all-optical", {300000: 10}) + rows("saw", "hybrid:2", {300000: 21})
+    assert by_id(base)["F1a-saw"].side == ""
+    spur = (rows("saw", "all-optical", {300000: 10}, spurious_fraction=0.0)
+            + rows("saw", "hybrid:2", {300000: 21}, spurious_fraction=0.25))
+    assert by_id(spur)["F1a-saw"].side == "spurious retransmissions / data segments: a 0.25, b 0"
+
+
+def test_report_shows_the_findings_first(tmp_path):
+    from analysis.report import generate
+
+    frame = pd.DataFrame(rows("saw", "all-optical", {10000: 5, 300000: 10}) + rows("saw", "hybrid:2",
+                                                                                  {10000: 5, 300000: 21}))
+    frame.insert(0, "point", [f"p{i:04d}" for i in range(len(frame))])
+    frame.to_csv(tmp_path / "summary.csv", index=False)
+    (tmp_path / "config.json").write_text(json.dumps({"experiment": {"name": "e1-test", "kind": "e1-fattree"},
+                                                      "run": {"tdf": 10000}}))
+    page = generate(tmp_path).read_text()
+    title = html.escape(findings.TITLE)
+    assert page.index(title) < page.index("<img") < page.index("Network throughput per configuration")
+    assert "class='verdict v-holds'" in page and page.count(title) == 1
+    assert "F1a-saw" in (tmp_path / "report" / "findings.md").read_text()
