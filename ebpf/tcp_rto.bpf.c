@@ -9,7 +9,11 @@
  * program per host with a cookie filter is how one host's settings stay its own.
  *
  *   BPF_SOCK_OPS_TIMEOUT_INIT       reply = tb_init_rto_jiffies (initial RTO of
- *                                   SYN and SYN-ACK; the kernel reads jiffies)
+ *                                   SYN and SYN-ACK; the kernel reads jiffies and
+ *                                   clamps to TCP_RTO_MAX). Our congestion modules
+ *                                   ask again from their .init (tcp_timeout_init(),
+ *                                   kernel/tcp_paper_init.h) to time the first
+ *                                   data segment with the same initial RTO.
  *   TCP_CONNECT / ACTIVE_ESTABLISHED / PASSIVE_ESTABLISHED
  *                                   bpf_setsockopt(TCP_BPF_RTO_MIN, tb_rto_min_us)
  *                                   bpf_setsockopt(TCP_BPF_DELACK_MAX, tb_delack_max_us)

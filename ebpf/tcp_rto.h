@@ -8,7 +8,8 @@
 
 /* Indexes of the `tcp_rto_stats` array map: how often each action was taken. */
 enum tcp_rto_stat {
-	TCP_RTO_STAT_TIMEOUT_INIT = 0,	/* initial (SYN / SYN-ACK) RTO answered */
+	TCP_RTO_STAT_TIMEOUT_INIT = 0,	/* initial RTO answered (SYN / SYN-ACK, and the
+					 * first data segment via our modules' .init) */
 	TCP_RTO_STAT_RTO_MIN = 1,	/* TCP_BPF_RTO_MIN set on a socket */
 	TCP_RTO_STAT_DELACK_MAX = 2,	/* TCP_BPF_DELACK_MAX set on a socket */
 	TCP_RTO_STAT_SETSOCKOPT_ERR = 3,	/* bpf_setsockopt() refused a value */

@@ -11,7 +11,10 @@
  *     time, always; there is no congestion avoidance phase (no ssthresh);
  *   - three duplicate ACKs do not reduce CWND (no fast-recovery reduction);
  *   - an RTO halves CWND (at least one segment) instead of resetting it to one.
- *   - initial RTO 1 ms (set per host by the profile's sock_ops program).
+ *   - initial RTO 1 ms (set per host by the profile's sock_ops program): the first
+ *     data segment is timed with it, then the kernel's RFC 6298 estimator runs
+ *     from the first ACK of data (the handshake's RTT sample is dropped, see
+ *     tcp_paper_init.h).
  *
  * In Linux: cong_control owns cwnd in every congestion state (so neither PRR nor
  * the end-of-recovery cwnd = ssthresh applies); the module keeps its own cwnd and
@@ -34,6 +37,7 @@
 #include <linux/module.h>
 #include <linux/moduleparam.h>
 #include <net/tcp.h>
+#include "tcp_paper_init.h"
 
 static unsigned int rto_decrease_pct __read_mostly = 50;
 
@@ -55,6 +59,7 @@ static void msack_init(struct sock *sk)
 	struct msack_ca *ca = inet_csk_ca(sk);
 
 	BUILD_BUG_ON(sizeof(struct msack_ca) > ICSK_CA_PRIV_SIZE);
+	tcp_paper_init_rto(sk);
 	ca->cwnd = tcp_snd_cwnd(tcp_sk(sk));
 	tcp_sk(sk)->snd_ssthresh = TCP_INFINITE_SSTHRESH;
 }

@@ -16,6 +16,9 @@
  * profile (testbed/cc/profiles.py) sets tau_ns from the host's link rate and the
  * time dilation factor: tau_ns = MTU * 8 / rate * D.
  *
+ * The first data segment is armed with T_1 + p * tau (T_1 from the profile's
+ * initial RTO, see tcp_paper_init.h); the SYN-ACK is not an RTT sample.
+ *
  * Differences from the paper: those of tcp_saw.c, and p / tau are per module
  * (hence per guest kernel), not per socket: hosts of one experiment that use SAWL
  * must share one link rate (the profile refuses a conflicting tau).
@@ -25,6 +28,7 @@
  *   tau_ns     0..1000000000 (default 7200: 9 kB at 10 Gbit/s) packet duration, ns
  *   beta_pct   1..99        (default 50)
  *   alpha_pct  100..1000    (default 110)
+ *   rto_max_ms 1..120000    (default 60000) cap of T, ms of kernel time (tcp_saw.c)
  */
 #include <linux/module.h>
 #include <linux/moduleparam.h>
@@ -35,6 +39,7 @@ static unsigned int p __read_mostly = 4;
 static unsigned int tau_ns __read_mostly = 7200;
 static unsigned int beta_pct __read_mostly = 50;
 static unsigned int alpha_pct __read_mostly = 110;
+static unsigned int rto_max_ms __read_mostly = 60000;
 
 static int set_p(const char *val, const struct kernel_param *kp)
 {
@@ -69,6 +74,9 @@ module_param_cb(beta_pct, &beta_ops, &beta_pct, 0644);
 MODULE_PARM_DESC(beta_pct, "RTO smoothing beta in percent, 1..99 (default 50)");
 module_param_cb(alpha_pct, &alpha_ops, &alpha_pct, 0644);
 MODULE_PARM_DESC(alpha_pct, "RTO backoff factor alpha in percent, 100..1000 (default 110)");
+module_param_cb(rto_max_ms, &saw_rto_max_ops, &rto_max_ms, 0644);
+MODULE_PARM_DESC(rto_max_ms, "cap of T in ms of kernel time (the paper's 60 s x D), "
+		 "1..120000 (TCP_RTO_MAX; default 60000)");
 
 /* p * tau in microseconds (at most 64 s, fits u32). */
 static u32 sawl_extra_us(void)
@@ -78,17 +86,19 @@ static u32 sawl_extra_us(void)
 
 static void sawl_init(struct sock *sk)
 {
-	saw_core_init(sk);
+	saw_core_init(sk, sawl_extra_us(), READ_ONCE(rto_max_ms));
 }
 
 static void sawl_pkts_acked(struct sock *sk, const struct ack_sample *sample)
 {
-	saw_core_pkts_acked(sk, sample, READ_ONCE(beta_pct), sawl_extra_us());
+	saw_core_pkts_acked(sk, sample, READ_ONCE(beta_pct), sawl_extra_us(),
+			    READ_ONCE(rto_max_ms));
 }
 
 static void sawl_set_state(struct sock *sk, u8 new_state)
 {
-	saw_core_set_state(sk, new_state, READ_ONCE(alpha_pct), sawl_extra_us());
+	saw_core_set_state(sk, new_state, READ_ONCE(alpha_pct), sawl_extra_us(),
+			   READ_ONCE(rto_max_ms));
 }
 
 static struct tcp_congestion_ops tcp_sawl __read_mostly = {

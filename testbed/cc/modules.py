@@ -24,13 +24,20 @@ KERNEL_DIR = Path(__file__).resolve().parents[2] / "kernel"
 #: Our modules: algorithm name -> {parameter: (lo, hi, default, doc)} (bounds as
 #: in kernel/tcp_<name>.c; the kernel checks them, this table documents them and
 #: lets us reject a bad value before touching the kernel).
+#: Every module's .init times the first data segment with the profile's initial RTO
+#: (kernel/tcp_paper_init.h); "sack" is the kernel's reno plus that .init.
 OUR_MODULES: dict[str, dict[str, tuple[int, int, int, str]]] = {
     "saw": {"beta_pct": (1, 99, 50, "RTO smoothing beta, percent"),
-            "alpha_pct": (100, 1000, 110, "RTO backoff factor alpha, percent")},
+            "alpha_pct": (100, 1000, 110, "RTO backoff factor alpha, percent"),
+            "rto_max_ms": (1, 120_000, 60_000, "cap of T, ms of kernel time (paper 60 s x D, "
+                           "at most TCP_RTO_MAX)")},
     "sawl": {"p": (0, 64, 4, "RTO extension in packet durations"),
              "tau_ns": (0, 1_000_000_000, 7200, "packet duration tau, ns"),
              "beta_pct": (1, 99, 50, "RTO smoothing beta, percent"),
-             "alpha_pct": (100, 1000, 110, "RTO backoff factor alpha, percent")},
+             "alpha_pct": (100, 1000, 110, "RTO backoff factor alpha, percent"),
+             "rto_max_ms": (1, 120_000, 60_000, "cap of T, ms of kernel time (paper 60 s x D, "
+                            "at most TCP_RTO_MAX)")},
+    "sack": {},
     "msack": {"rto_decrease_pct": (1, 100, 50, "cwnd after an RTO, percent of before")},
 }
 #: Kernel algorithms and the module that provides them when not built in.
@@ -130,7 +137,19 @@ def status() -> list[Status]:
     for n in names:
         mod = module_name(n) if n in all_algorithms() else None
         out.append(Status(n, mod, n in regs, refcount(mod) if mod else None,
-                          parameters(mod) if mod else {}, n == default))
+                          param_display(n, parameters(mod) if mod else {}), n == default))
+    return out
+
+
+def param_display(algorithm: str, current: dict[str, str]) -> dict[str, str]:
+    """Parameters as ``testbed cc list`` shows them: the running value (or the default
+    when the module is not loaded, marked ``default``) and the accepted range."""
+    spec = OUR_MODULES.get(algorithm)
+    if spec is None:
+        return current
+    out = {}
+    for key, (lo, hi, default, _doc) in spec.items():
+        out[key] = f"{current[key]} ({lo}..{hi})" if key in current else f"{default} (default, {lo}..{hi})"
     return out
 
 

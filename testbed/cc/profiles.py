@@ -8,9 +8,15 @@ program scoped to the host's netns -- and returns the effective settings (emulat
 units, after time dilation) for the run manifest. ``undo()`` restores what it
 changed, in reverse. Every object is written to the run ledger before it exists.
 
-All paper times (initial RTO, min RTO, p x tau) pass through ``TimeDilation``:
-emulation time = paper time x D, then rounded up to the kernel's timer unit (one
-jiffy, 1/CONFIG_HZ s). Each class docstring lists where it differs from the paper.
+All paper times (initial RTO, min RTO, p x tau, SAW's RTO cap) pass through
+``TimeDilation``: emulation time = paper time x D, then rounded up to the kernel's
+timer unit (one jiffy, 1/CONFIG_HZ s). Where the kernel cannot time a value (above
+TCP_RTO_MAX = 120 s of emulation time) the settings record the value it does use
+(``effective_s`` in emulation time, ``effective_paper_s`` in paper time) next to the
+requested one, a note in ``differences``, and a logged warning: the manifest never
+claims a value the kernel did not use. Each class docstring lists where it differs
+from the paper; ``undilated_timers`` lists the kernel timer constants that still act
+in emulation time, with their paper-time value at the run's D.
 """
 
 from __future__ import annotations
@@ -33,6 +39,40 @@ log = logging.getLogger(__name__)
 #: Paper's initial RTO T_1 for SAW / SACK / mSACK, and the conventional one.
 PAPER_INIT_RTO_S = 1e-3
 CONVENTIONAL_INIT_RTO_S = 1.0
+#: Paper's cap of SAW's RTO T_i ("up to a maximum value of T_i = 60 s"), paper seconds.
+PAPER_SAW_RTO_MAX_S = 60.0
+#: TCP_RTO_MAX of include/net/tcp.h (120*HZ jiffies): no retransmission timer is longer
+#: (emulation seconds); tcp_timeout_init() clamps the initial RTO to it.
+TCP_RTO_MAX_S = 120.0
+#: Bounds of the profile option initial_window (segments; route attribute initcwnd).
+INITIAL_WINDOW_BOUNDS = (1, 1000)
+
+#: Kernel timer constants of Linux 6.1 that act in emulation time (undilated), with
+#: their kernel value in seconds; ``undilated_timers`` converts them to paper time.
+#: (name, kernel seconds or None for one jiffy, what it does and its state under the profiles).
+#: Not listed: the SYN / SYN-ACK backoff, which starts from the (dilated) initial RTO and
+#: doubles up to TCP_RTO_MAX, and its give-up time (tcp_syn_retries, modelled on the
+#: initial RTO, so dilated too).
+KERNEL_TIMERS: tuple[tuple[str, float | None, str], ...] = (
+    ("jiffy (1/CONFIG_HZ)", None, "granularity of every TCP timer; RTOs are whole jiffies"),
+    ("TCP_DELACK_MIN / TCP_ATO_MIN", 0.040, "minimum delayed-ACK timeout (off: route quickack 1)"),
+    ("TCP_DELACK_MAX", 0.200, "maximum delayed-ACK timeout (off: route quickack 1)"),
+    ("TCP_RTO_MIN", 0.200, "default minimum RTO (replaced: route rto_min 1 jiffy) and the base of "
+     "the retries1/retries2 give-up model"),
+    ("TCP_RTO_MAX", 120.0, "longest RTO, caps the initial RTO and SAW's 60 s (paper) cap"),
+    ("TCP_TIMEOUT_INIT", 1.0, "initial RTO without a sock_ops answer (replaced by the profile's)"),
+    ("TCP_TIMEOUT_FALLBACK", 3.0, "RTO after a handshake without RTT sample (replaced at .init by "
+     "our modules; stays for reno/cubic)"),
+    ("TCP_TIMEOUT_MIN", 0.008, "2 jiffies: least TCP_BPF_RTO_MIN (hence the route rto_min instead)"),
+    ("tcp_retries2 (15) give-up", 924.6, "connection aborted after this long of unanswered "
+     "retransmissions (model with TCP_RTO_MIN base)"),
+    ("tcp_retries1 (3)", 3.0, "after this long of retransmissions the route is re-validated"),
+    ("TCP_TIMEWAIT_LEN", 60.0, "TIME_WAIT and FIN_WAIT2 lifetime"),
+    ("tcp_min_rtt_wlen", 300.0, "window of the min-RTT filter (RACK, BBR, HyStart)"),
+    ("TCP_RESOURCE_PROBE_INTERVAL", 0.5, "retry interval when memory is short"),
+    ("tcp timestamp clock (TCP_TS_HZ)", 0.001, "resolution of TSval/TSecr RTT samples "
+     "(retransmitted segments, tcp_retries* timing)"),
+)
 
 #: Differences that hold for every paper profile on Linux.
 COMMON_DIFFERENCES = (
@@ -43,13 +83,41 @@ COMMON_DIFFERENCES = (
     "tail loss probes (tcp_early_retrans=0) and F-RTO (tcp_frto=0) are turned off: the "
     "papers have neither",
 )
+#: Differences of the four paper profiles (saw, sawl, sack, msack: our modules).
+PAPER_DIFFERENCES = (
+    "the first data segment is timed with the initial RTO (the module's .init re-arms it after "
+    "the handshake); the SYN/SYN-ACK RTT is not an RTT sample (it is dropped at .init)",
+    "ACKs are the kernel's (with TCP timestamps and SACK options), one per data segment "
+    "(route quickack 1); the paper's are 64 B signalling packets",
+)
+
+
+def undilated_timers(tdf: TimeDilation, hz: int = 250) -> list[dict[str, Any]]:
+    """``KERNEL_TIMERS`` with their kernel value and the paper time it stands for at
+    ``tdf`` (kernel seconds / D): rows name, kernel_s, paper_s, role."""
+    out = []
+    for name, kernel_s, role in KERNEL_TIMERS:
+        k = 1.0 / hz if kernel_s is None else kernel_s
+        out.append({"name": name, "kernel_s": k, "paper_s": tdf.time_to_paper(k), "role": role})
+    return out
+
+
+def _fmt_s(seconds: float) -> str:
+    """A time in the most readable SI unit (``12 ms``, ``400 ns``)."""
+    for unit, f in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)):
+        if abs(seconds) >= f or unit == "ns":
+            return f"{seconds / f:.6g} {unit}"
+    return f"{seconds} s"
 
 
 class Profile:
     """Base: run kernel algorithm ``algorithm`` with the kernel's defaults.
 
     Options (all profiles): ``init_rto`` (paper time; None = kernel default 1 s),
-    ``rto_min`` (paper time; None = kernel default 200 ms unless the profile lowers it).
+    ``rto_min`` (paper time; None = kernel default 200 ms unless the profile lowers it),
+    ``initial_window`` (segments 1..1000, route ``initcwnd``; None = the profile's
+    default: kernel 10, or 1 for the paper's profiles), ``quickack`` (0 or 1, route
+    ``quickack``: 1 = an ACK for every segment, no delayed ACKs).
     """
 
     name: ClassVar[str] = ""
@@ -63,10 +131,11 @@ class Profile:
     low_rto_min: ClassVar[bool] = False
     #: route attribute quickack 1 (no delayed ACKs)
     quickack: ClassVar[bool] = False
-    #: route attribute initcwnd (None: kernel default 10)
+    #: route attribute initcwnd (None: kernel default 10); option initial_window overrides
     initcwnd: ClassVar[int | None] = None
     #: options accepted: name -> Dim or "int"
-    options_spec: ClassVar[dict[str, Any]] = {"init_rto": Dim.TIME, "rto_min": Dim.TIME}
+    options_spec: ClassVar[dict[str, Any]] = {"init_rto": Dim.TIME, "rto_min": Dim.TIME,
+                                              "initial_window": "int", "quickack": "int"}
     differences: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, **options: Any) -> None:
@@ -103,6 +172,15 @@ class Profile:
 
     @classmethod
     def int_bounds(cls, option: str) -> tuple[int, int]:
+        """Accepted range of an integer option (inclusive)."""
+        if option == "initial_window":
+            return INITIAL_WINDOW_BOUNDS
+        if option == "quickack":
+            return (0, 1)
+        spec = modules.OUR_MODULES.get(cls.algorithm, {})
+        if option in spec:
+            lo, hi, _default, _doc = spec[option]
+            return lo, hi
         return (0, 2**31 - 1)
 
     # -- settings (pure: also used for the manifest before anything runs) -----------
@@ -119,22 +197,55 @@ class Profile:
         init = self.options.get("init_rto")
         init_s = init.si if init is not None else self.default_init_rto_s
         if init_s is not None:
-            emu = tdf.time_to_emulation(init_s)
-            j = sockops.to_jiffies(emu, hz)
-            s["init_rto"] = {"paper_s": init_s, "emulation_s": emu, "jiffies": j, "effective_s": j / hz}
+            s["init_rto"] = self.initial_rto(init_s, tdf, hz, s["differences"])
         rto_min = self.options.get("rto_min")
         if rto_min is not None or self.low_rto_min:
             emu = tdf.time_to_emulation(rto_min.si) if rto_min is not None else 1.0 / hz
             ms = max(1, math.ceil(emu * 1e3 - 1e-9))
             j = sockops.to_jiffies(ms / 1e3, hz)
-            s["rto_min"] = {"paper_s": rto_min.si if rto_min is not None else None, "emulation_s": emu,
-                            "route_ms": ms, "effective_s": j / hz}
+            s["rto_min"] = {"requested_paper_s": rto_min.si if rto_min is not None else None,
+                            "requested_emulation_s": emu, "route_ms": ms, "effective_s": j / hz,
+                            "effective_paper_s": tdf.time_to_paper(j / hz)}
             s["route"]["rto_min"] = f"{ms}ms"  # iproute2 always locks rto_min
-        if self.quickack:
-            s["route"]["quickack"] = "1"
-        if self.initcwnd is not None:
-            s["route"]["initcwnd"] = str(self.initcwnd)
+        quickack = self.options.get("quickack", 1 if self.quickack else None)
+        if quickack is not None:
+            s["route"]["quickack"] = str(quickack)
+        window = self.options.get("initial_window", self.initcwnd)
+        if window is not None:
+            s["route"]["initcwnd"] = str(window)
+        s["initial_window_segments"] = window if window is not None else "kernel default (10)"
+        s["per_packet_acks"] = quickack == 1
+        if self.name not in KERNEL_DEFAULT_PROFILES or self.options:
+            s["undilated_timers"] = undilated_timers(tdf, hz)
+            s["differences"].append(
+                "kernel timers still in emulation time (paper time at D = %g): %s; see "
+                "docs/congestion-control.md" % (tdf.factor, ", ".join(
+                    f"{t['name']} {_fmt_s(t['kernel_s'])} ({_fmt_s(t['paper_s'])})"
+                    for t in s["undilated_timers"])))
         return s
+
+    def initial_rto(self, paper_s: float, tdf: TimeDilation, hz: int,
+                    differences: list[str]) -> dict[str, Any]:
+        """The initial RTO the kernel will use for ``paper_s`` (paper seconds) at ``tdf``:
+        x D, rounded up to jiffies, clamped to TCP_RTO_MAX (tcp_timeout_init() does that in
+        the kernel). A clamp is recorded (``clamped``, a note in ``differences``) and
+        logged as a warning."""
+        emu = tdf.time_to_emulation(paper_s)
+        j = sockops.to_jiffies(emu, hz)
+        limit = int(TCP_RTO_MAX_S * hz)
+        rec: dict[str, Any] = {"requested_paper_s": paper_s, "requested_emulation_s": emu}
+        clamped = j > limit
+        j = min(j, limit)
+        rec.update({"jiffies": j, "effective_s": j / hz, "effective_paper_s": tdf.time_to_paper(j / hz),
+                    "clamped": clamped})
+        if clamped:
+            note = (f"initial RTO {_fmt_s(paper_s)} (paper) x D = {_fmt_s(emu)} exceeds the kernel's "
+                    f"TCP_RTO_MAX ({TCP_RTO_MAX_S:g} s): the kernel uses {j / hz:g} s, i.e. "
+                    f"{_fmt_s(tdf.time_to_paper(j / hz))} of paper time")
+            rec["note"] = note
+            differences.append(note)
+            log.warning("profile %s: %s", self.name, note)
+        return rec
 
     def module_params(self, tdf: TimeDilation, link_rate_bps: float | None, mtu: int) -> dict[str, int]:
         return {}
@@ -321,9 +432,19 @@ class PacedReno(Reno):
 
 # ---- the papers' variants ------------------------------------------------------------------
 class Sack(Profile):
-    """TCP SACK of the paper (RFC 6675 on Reno): kernel ``reno`` with SACK on,
-    initial RTO T_1 = 1 ms (option init_rto, e.g. "1 s" for the conventional value),
-    min RTO one jiffy, classic three-dupACK fast retransmit (RACK off).
+    """TCP SACK of the paper (RFC 6675 on Reno): module ``tcp_sack`` (the kernel's
+    reno functions; its .init times the first data segment with the initial RTO and
+    drops the handshake's RTT sample), SACK on, initial RTO T_1 = 1 ms (option
+    init_rto, e.g. "1 s" for the conventional value), then the kernel's RFC 6298
+    estimator with min RTO one jiffy, an ACK per segment (route quickack 1), initial
+    window one segment (option initial_window), classic three-dupACK fast retransmit
+    (RACK off).
+
+    Min RTO: one jiffy (1/HZ of emulation time, 1/HZ/D of paper time), the least the
+    kernel can time. The paper names none and lowers the initial RTO to 1 ms precisely
+    so that timeouts follow the RTT; Linux's 200 ms default (20 us of paper time at
+    D = 10 000) or RFC 6298's 1 s would be a floor the paper does not have. The
+    estimator itself keeps RTO >= SRTT + max(4 RTTVAR, min RTO).
 
     Differences from the paper: the kernel's loss recovery is not RFC 6675 but its
     own SACK scoreboard with Proportional Rate Reduction: on three dupACKs ssthresh
@@ -333,23 +454,32 @@ class Sack(Profile):
     timestamps) stays on; RTO backoff is the kernel's doubling.
     """
 
-    name, algorithm = "sack", "reno"
-    doc = "kernel reno + SACK, initial RTO 1 ms, min RTO 1 jiffy, no RACK/TLP/F-RTO"
+    name, algorithm = "sack", "sack"
+    doc = "tcp_sack (reno) + SACK, first data RTO = initial RTO 1 ms, min RTO 1 jiffy, quickack, " \
+          "initcwnd 1, no RACK/TLP/F-RTO"
     sysctls = {"tcp_sack": "1", "tcp_recovery": "0", "tcp_early_retrans": "0", "tcp_frto": "0",
                "tcp_no_metrics_save": "1"}
     default_init_rto_s = PAPER_INIT_RTO_S
     low_rto_min = True
+    quickack = True
+    initcwnd = 1
     differences = (
+        *PAPER_DIFFERENCES,
         "fast recovery uses PRR: ssthresh halves at once, cwnd converges to it during recovery",
         "spurious-retransmission undo (DSACK, timestamps) is the kernel's; the paper has none",
         "RTO backoff doubles (kernel), the paper does not specify SACK's backoff",
+        "after the first data segment the RTO is the kernel's RFC 6298 estimator "
+        "(SRTT + max(4 RTTVAR, min RTO)) with min RTO one jiffy; the paper names no minimum",
+        "the initial window is a parameter (default one segment); the paper states none",
     )
 
 
 class MSack(Profile):
     """TCP mSACK of the paper: module ``tcp_msack`` (exponential growth always, RTO
-    halves cwnd, three dupACKs leave cwnd unchanged), initial RTO 1 ms, min RTO one
-    jiffy.
+    halves cwnd, three dupACKs leave cwnd unchanged), first data segment timed with
+    the initial RTO 1 ms, then the kernel's estimator with min RTO one jiffy (as
+    SACK, see there), an ACK per segment (route quickack 1), initial window one
+    segment (option initial_window).
 
     Differences from the paper: dupACKs do not start a fast retransmit because the
     profile sets tcp_reordering=300 (the kernel's maximum) and RACK off, so losses
@@ -359,23 +489,25 @@ class MSack(Profile):
     """
 
     name, algorithm = "msack", "msack"
-    doc = "tcp_msack: exponential growth, RTO halves cwnd, dupACKs ignored; initial RTO 1 ms"
+    doc = "tcp_msack: exponential growth, RTO halves cwnd, dupACKs ignored; first data RTO = " \
+          "initial RTO 1 ms; quickack; initcwnd 1"
     sysctls = {"tcp_sack": "1", "tcp_recovery": "0", "tcp_reordering": "300", "tcp_early_retrans": "0",
                "tcp_frto": "0", "tcp_slow_start_after_idle": "0", "tcp_no_metrics_save": "1"}
     default_init_rto_s = PAPER_INIT_RTO_S
     low_rto_min = True
+    quickack = True
+    initcwnd = 1
     options_spec = {**Profile.options_spec, "rto_decrease_pct": "int"}
     differences = (
+        *PAPER_DIFFERENCES,
         "loss detection: no fast retransmit before tcp_reordering (300) dupACKs; after that the "
         "kernel retransmits but cwnd stays",
         "cwnd grows only while cwnd-limited (not when application or receive window limited)",
         "RTO backoff doubles (kernel)",
+        "after the first data segment the RTO is the kernel's RFC 6298 estimator "
+        "(SRTT + max(4 RTTVAR, min RTO)) with min RTO one jiffy; the paper names no minimum",
+        "the initial window is a parameter (default one segment); the paper states none",
     )
-
-    @classmethod
-    def int_bounds(cls, option: str) -> tuple[int, int]:
-        lo, hi, _d, _doc = modules.OUR_MODULES["msack"]["rto_decrease_pct"]
-        return lo, hi
 
     def module_params(self, tdf: TimeDilation, link_rate_bps: float | None, mtu: int) -> dict[str, int]:
         return {"rto_decrease_pct": self.options.get("rto_decrease_pct", 50)}
@@ -384,13 +516,15 @@ class MSack(Profile):
 class Saw(Profile):
     """TCP SAW of the paper: module ``tcp_saw`` (one segment in flight; RTO backoff
     alpha = 1.1, RTO EWMA beta = 0.5 inside the module), no delayed ACKs (route
-    quickack 1), initial RTO T_1 = 1 ms (sock_ops), min RTO one jiffy, initcwnd 1.
+    quickack 1), initial RTO T_1 = 1 ms (sock_ops; the module's .init sets T = T_1
+    for the first data segment, the SYN-ACK is not an RTT sample), min RTO one
+    jiffy, initcwnd 1, T capped at 60 s x D (module parameter rto_max_ms; the
+    kernel's TCP_RTO_MAX = 120 s limits it above D = 2: recorded as ``rto_max``).
 
     Differences from the paper: alpha = 1.1 is obtained by leaving ceil(alpha*T/2)
-    jiffies for the kernel's doubling, so each backoff step is alpha*T rounded up
-    to an even number of jiffies... within one jiffy; the SYN backs off by
-    doubling; T starts from the RTO the handshake left; the RTO is never below one
-    jiffy; thin-stream linear timeouts are off (the module implements alpha).
+    jiffies for the kernel's doubling, so each backoff step is alpha*T within one
+    jiffy; the SYN backs off by doubling; the RTO is never below one jiffy;
+    thin-stream linear timeouts are off (the module implements alpha).
     """
 
     name, algorithm = "saw", "saw"
@@ -402,23 +536,43 @@ class Saw(Profile):
     low_rto_min = True
     quickack = True
     initcwnd = 1
-    options_spec = {**Profile.options_spec, "alpha_pct": "int", "beta_pct": "int"}
+    options_spec = {k: v for k, v in {**Profile.options_spec, "alpha_pct": "int",
+                                      "beta_pct": "int"}.items() if k != "initial_window"}
     differences = (
+        *PAPER_DIFFERENCES,
         "RTO backoff alpha = 1.1 via the kernel's doubling of ceil(alpha*T/2) jiffies: "
         "exact to within one jiffy",
         "the RTO is never below one jiffy (route rto_min, locked by iproute2)",
-        "T starts from the RTO left by the handshake (T_1 from sock_ops, or the kernel "
-        "estimate from the SYN's RTT sample)",
+        "T starts at T_1 (the profile's initial RTO) for the first data segment; the SYN-ACK "
+        "is not an RTT sample of eq. 2; each ACK with an RTT sample updates T by eq. 2",
         "delayed ACKs are off through the route (quickack 1) on every host of the profile",
     )
 
-    @classmethod
-    def int_bounds(cls, option: str) -> tuple[int, int]:
-        lo, hi, _d, _doc = modules.OUR_MODULES[cls.algorithm][option]
-        return lo, hi
-
     def module_params(self, tdf: TimeDilation, link_rate_bps: float | None, mtu: int) -> dict[str, int]:
-        return {"alpha_pct": self.options.get("alpha_pct", 110), "beta_pct": self.options.get("beta_pct", 50)}
+        return {"alpha_pct": self.options.get("alpha_pct", 110), "beta_pct": self.options.get("beta_pct", 50),
+                "rto_max_ms": self.rto_max_ms(tdf)}
+
+    @staticmethod
+    def rto_max_ms(tdf: TimeDilation) -> int:
+        """The module's cap of T: the paper's 60 s x D in ms, at most TCP_RTO_MAX (120 s)."""
+        return min(math.ceil(tdf.time_to_emulation(PAPER_SAW_RTO_MAX_S) * 1e3 - 1e-6), int(TCP_RTO_MAX_S * 1e3))
+
+    def settings(self, tdf: TimeDilation, link_rate_bps: float | None = None, mtu: int = 1500,
+                 hz: int = 250) -> dict[str, Any]:
+        s = super().settings(tdf, link_rate_bps, mtu, hz)
+        ms = s["module_params"]["rto_max_ms"]
+        emu = tdf.time_to_emulation(PAPER_SAW_RTO_MAX_S)
+        eff = sockops.to_jiffies(ms / 1e3, hz) / hz
+        clamped = emu > TCP_RTO_MAX_S
+        s["rto_max"] = {"requested_paper_s": PAPER_SAW_RTO_MAX_S, "requested_emulation_s": emu,
+                        "module_param_ms": ms, "effective_s": eff, "effective_paper_s": tdf.time_to_paper(eff),
+                        "clamped": clamped}
+        if clamped:
+            s["differences"].append(
+                f"the cap of T is the paper's 60 s x D = {_fmt_s(emu)} but the kernel times at most "
+                f"TCP_RTO_MAX = {TCP_RTO_MAX_S:g} s: the effective cap is {_fmt_s(tdf.time_to_paper(eff))} "
+                "of paper time")
+        return s
 
 
 class Sawl(Saw):

@@ -8,7 +8,11 @@ kernel's headers: run it in the full-kernel guest) to
 * ``tcp:tcp_retransmit_skb`` (raw tracepoint): every retransmission, after the
   congestion state was updated -> ``event = "retrans"``;
 * the entry of ``tcp_retransmit_timer`` (kprobe): an RTO fires, state *before* the
-  stack reacts -> ``event = "rto"``.
+  stack reacts -> ``event = "rto"``;
+* optionally (``arm=True``) the entry of ``tcp_rearm_rto`` (kprobe): the
+  retransmission timer is (re)armed with ``icsk_rto`` -> ``event = "arm"``; the
+  call after the first data segment is sent (``tcp_event_new_data_sent``, in
+  tcp_output.c, so never inlined into the caller) shows the RTO that segment got.
 
 Each sample has the socket's cwnd, ssthresh, srtt, RTO, packets in flight
 (packets_out - sacked_out - lost_out + retrans_out, as tcp_packets_in_flight()),
@@ -33,7 +37,7 @@ from typing import IO, Iterator
 from testbed.errors import TestbedError
 
 CA_STATES = {0: "open", 1: "disorder", 2: "cwr", 3: "recovery", 4: "loss"}
-EVENTS = {0: "ack", 1: "retrans", 2: "rto"}
+EVENTS = {0: "ack", 1: "retrans", 2: "rto", 3: "arm"}
 TCP_STATES = {1: "established", 2: "syn_sent", 3: "syn_recv", 4: "fin_wait1", 5: "fin_wait2",
               6: "time_wait", 7: "close", 8: "close_wait", 9: "last_ack", 10: "listen", 11: "closing"}
 
@@ -146,6 +150,13 @@ int kprobe__tcp_retransmit_timer(struct pt_regs *ctx, struct sock *sk)
 }
 """
 
+_ARM_PROBE = r"""
+int kprobe__tcp_rearm_rto(struct pt_regs *ctx, struct sock *sk)
+{
+    return emit(ctx, sk, NULL, 3);
+}
+"""
+
 _FMT = "=QIIIHHBBHIIIIIIIIIIIIB3x"
 _SIZE = struct.calcsize(_FMT)
 
@@ -199,13 +210,15 @@ class CwndTracer:
     ``netns``: namespace name (a host's ``netns``) or None for all; ``port``: only
     sockets with this local or remote port (0 = all). ``on_sample`` is called for
     each sample (e.g. to print it); all samples are also kept in ``samples``.
+    ``arm``: also sample every (re)arming of the retransmission timer (``"arm"``
+    events: ``rto_s`` is the RTO being armed).
     """
 
     def __init__(self, *, netns: str | None = None, port: int = 0, hz: int | None = None,
-                 on_sample=None) -> None:  # type: ignore[no-untyped-def]
+                 on_sample=None, arm: bool = False) -> None:  # type: ignore[no-untyped-def]
         if not 0 <= port <= 65535:
             raise TraceError(f"port {port} out of range 0..65535")
-        self.netns, self.port, self.on_sample = netns, port, on_sample
+        self.netns, self.port, self.on_sample, self.arm = netns, port, on_sample, arm
         if hz is None:
             from testbed.cc.sockops import kernel_hz
             hz = kernel_hz()
@@ -230,7 +243,7 @@ class CwndTracer:
             raise TraceError(f"bcc is not importable ({exc}): install python3-bpfcc and use the venv "
                              "made with --system-site-packages") from None
         ino = netns_inode(self.netns) if self.netns else 0
-        text = _PROGRAM.replace("TB_PORT", str(int(self.port))).replace("TB_NETNS", f"{ino}U")
+        text = (_PROGRAM + (_ARM_PROBE if self.arm else "")).replace("TB_PORT", str(int(self.port))).replace("TB_NETNS", f"{ino}U")
         try:
             self._bpf = BPF(text=text)
         except Exception as exc:

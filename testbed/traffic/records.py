@@ -34,6 +34,9 @@ class FlowRecord:
     end_s: the sender got the receiver's confirmation of all bytes (None unless
     complete). fct_s = end_s - start_s; goodput_bps = 8 x size / fct.
     retrans_segs: TCP_INFO total_retrans of the sender's socket (segments);
+    data_segs_out: TCP_INFO data_segs_out (data segments sent, retransmissions included);
+    dsack_dups: TCP_INFO dsack_dups (retransmitted segments the receiver reported as
+    duplicates with a DSACK: spurious retransmissions, a lower bound when ACKs are lost);
     cwnd_segs, ssthresh_segs, srtt_s, rto_s: the sender's final TCP_INFO.
     status: complete | incomplete | failed; reason says why when not complete.
     """
@@ -55,6 +58,8 @@ class FlowRecord:
     goodput_bps: float | None
     retrans_segs: int | None
     bytes_retrans: int | None
+    data_segs_out: int | None
+    dsack_dups: int | None
     cwnd_segs: int | None
     ssthresh_segs: int | None
     srtt_s: float | None
@@ -100,6 +105,7 @@ def flow_record(snd: dict[str, Any], sink: dict[str, Any] | None, D: TimeDilatio
         end_s=_t(end if status == "complete" else None, D), fct_s=_t(fct, D),
         goodput_bps=D.rate_to_paper(8 * size / fct) if fct else None,
         retrans_segs=info.get("total_retrans"), bytes_retrans=info.get("bytes_retrans"),
+        data_segs_out=info.get("data_segs_out"), dsack_dups=info.get("dsack_dups"),
         cwnd_segs=info.get("snd_cwnd"),
         ssthresh_segs=None if ssthresh is None or ssthresh >= 0x7FFFFFFF else ssthresh,
         srtt_s=_t(info["rtt_us"] * 1e-6, D) if "rtt_us" in info else None,

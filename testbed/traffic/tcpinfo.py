@@ -3,7 +3,10 @@
 Offsets follow ``include/uapi/linux/tcp.h``; the kernel returns as many bytes as it
 knows (Linux 6.1 fills 232), and fields beyond the returned length are left out. Only
 the fields the flow records use are decoded. Units are the kernel's: times in
-microseconds, cwnd and ssthresh in segments.
+microseconds, cwnd and ssthresh in segments. ``data_segs_out`` counts every data
+segment sent, retransmissions included; ``dsack_dups`` counts the segments the
+receiver reported as duplicates with a DSACK (retransmissions whose original had
+arrived).
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ _FIELDS: dict[str, tuple[int, str]] = {
     "segs_out": (136, "I"),
     "segs_in": (140, "I"),
     "min_rtt_us": (148, "I"),
+    "data_segs_in": (152, "I"),
+    "data_segs_out": (156, "I"),
     "delivery_rate": (160, "Q"),
     "bytes_sent": (200, "Q"),
     "bytes_retrans": (208, "Q"),

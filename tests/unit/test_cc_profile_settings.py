@@ -13,15 +13,19 @@ from testbed.errors import DefinitionError
 def test_every_profile_is_registered_with_its_algorithm():
     assert set(profiles.PROFILES) == {"saw", "sawl", "sack", "msack", "reno", "cubic", "bbr", "paced-reno"}
     algs = {n: c.algorithm for n, c in profiles.PROFILES.items()}
-    assert algs["sack"] == algs["paced-reno"] == "reno" and algs["sawl"] == "sawl"
+    assert algs["paced-reno"] == "reno" and algs["sack"] == "sack" and algs["sawl"] == "sawl"
+    # every paper profile runs one of our modules (their .init arms the initial RTO)
+    for name in ("saw", "sawl", "sack", "msack"):
+        assert algs[name] in modules.OUR_MODULES and (modules.KERNEL_DIR / f"tcp_{algs[name]}.c").exists()
     for name in ("saw", "sawl", "sack", "msack", "paced-reno"):
         assert profiles.PROFILES[name].differences, f"{name} documents no paper-vs-kernel difference"
 
 
 def test_paper_times_are_dilated_and_rounded_up_to_jiffies():
     s = profiles.make("saw").settings(TimeDilation(20), hz=250)
-    assert s["init_rto"] == {"paper_s": 1e-3, "emulation_s": pytest.approx(0.020), "jiffies": 5,
-                             "effective_s": pytest.approx(0.020)}
+    assert s["init_rto"] == {"requested_paper_s": 1e-3, "requested_emulation_s": pytest.approx(0.020),
+                             "jiffies": 5, "effective_s": pytest.approx(0.020),
+                             "effective_paper_s": pytest.approx(1e-3), "clamped": False}
     assert s["route"] == {"rto_min": "4ms", "quickack": "1", "initcwnd": "1"}
     # 1 ms x 10 = 10 ms is 2.5 jiffies: rounded up to 3 (12 ms), never early
     assert profiles.make("sack").settings(TimeDilation(10), hz=250)["init_rto"]["jiffies"] == 3
@@ -56,9 +60,15 @@ def test_module_parameter_bounds_mirror_the_kernel_modules():
     with pytest.raises(modules.CongestionControlError, match="no parameter"):
         modules.check_params("saw", {"p": 1})
     source = (modules.KERNEL_DIR / "tcp_sawl.c").read_text()
-    for key, (lo, hi, default, _doc) in modules.OUR_MODULES["sawl"].items():
-        assert f"param_set_uint_minmax(val, kp, {lo}, {hi})" in source, key
-        assert f"{key} __read_mostly = {default};" in source, key
+    for name in ("saw", "sawl", "msack"):
+        source = (modules.KERNEL_DIR / f"tcp_{name}.c").read_text() + \
+            (modules.KERNEL_DIR / "tcp_saw_core.h").read_text()
+        for key, (lo, hi, default, _doc) in modules.OUR_MODULES[name].items():
+            assert f"param_set_uint_minmax(val, kp, {lo}, {hi})" in source, (name, key)
+            assert f"{key} __read_mostly = {default};" in source, (name, key)
+            assert f"MODULE_PARM_DESC({key}," in source, (name, key)
+    assert modules.OUR_MODULES["sack"] == {}
+    assert "module_param" not in (modules.KERNEL_DIR / "tcp_sack.c").read_text()
 
 
 def test_definition_cca_table_with_per_host_override():
@@ -81,7 +91,7 @@ def test_manifest_records_effective_settings():
                      "cca": {"profile": "saw", "hosts": {"h2": {"profile": "reno"}}}})
     rec = manifest.congestion_control(defn)
     assert rec["selection"]["profile"] == "saw"
-    assert rec["hosts"]["h1"]["init_rto"]["emulation_s"] == pytest.approx(0.020)
+    assert rec["hosts"]["h1"]["init_rto"]["effective_s"] == pytest.approx(0.020)
     assert rec["hosts"]["h2"]["algorithm"] == "reno" and "init_rto" not in rec["hosts"]["h2"]
     assert any("alpha" in d for d in rec["hosts"]["h1"]["differences"])
 
@@ -97,3 +107,118 @@ def test_cli_help_has_examples():
 
     text = build_parser().format_help()
     assert "testbed cc load sawl --param p=4" in text and "testbed trace cwnd --port 5201" in text
+
+
+# ---- initial RTO, SAW's cap, windows and ACKs: what the kernel really uses ----------------
+def test_initial_rto_above_tcp_rto_max_is_recorded_with_its_effective_value(caplog):
+    """electronic@1 s at D = 10 000: 10 000 s of kernel time, but tcp_timeout_init() clamps
+    to TCP_RTO_MAX = 120 s, i.e. 12 ms of paper time; the record says so, with a warning."""
+    with caplog.at_level("WARNING", logger="testbed.cc.profiles"):
+        s = profiles.make("sack", {"init_rto": "1 s"}).settings(TimeDilation(10_000), hz=250)
+    r = s["init_rto"]
+    assert r["requested_paper_s"] == 1.0 and r["requested_emulation_s"] == pytest.approx(10_000)
+    assert r["clamped"] is True and r["jiffies"] == 120 * 250
+    assert r["effective_s"] == pytest.approx(120.0) and r["effective_paper_s"] == pytest.approx(0.012)
+    assert "TCP_RTO_MAX" in r["note"] and r["note"] in s["differences"]
+    assert any("TCP_RTO_MAX" in m and "sack" in m for m in caplog.messages), caplog.messages
+    # no value claims more than the kernel can time
+    assert all(v != pytest.approx(10_000) for k, v in r.items() if k.startswith("effective"))
+    # 1 ms at D = 10 000 is 10 s: exact, no warning, no note
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="testbed.cc.profiles"):
+        ok = profiles.make("sack").settings(TimeDilation(10_000), hz=250)["init_rto"]
+    assert ok["clamped"] is False and ok["effective_paper_s"] == pytest.approx(1e-3) and not caplog.messages
+    # the last value the kernel can time is not clamped: 120 s at D = 120 -> 1 s paper
+    edge = profiles.make("sack", {"init_rto": "1 s"}).settings(TimeDilation(120), hz=250)["init_rto"]
+    assert edge["clamped"] is False and edge["effective_paper_s"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("tdf,param_ms,clamped,cap_paper_s", [
+    (1, 60_000, False, 60.0), (2, 120_000, False, 60.0), (20, 120_000, True, 6.0),
+    (10_000, 120_000, True, 0.012)])
+def test_saw_rto_cap_is_60_s_times_d_at_most_tcp_rto_max(tdf, param_ms, clamped, cap_paper_s):
+    for name, rate in (("saw", None), ("sawl", 10e9)):
+        s = profiles.make(name).settings(TimeDilation(tdf), rate, 9000, hz=250)
+        assert s["module_params"]["rto_max_ms"] == param_ms
+        modules.check_params(name, s["module_params"])          # within the module's bounds
+        cap = s["rto_max"]
+        assert cap["requested_paper_s"] == 60.0 and cap["clamped"] is clamped
+        assert cap["effective_paper_s"] == pytest.approx(cap_paper_s)
+        assert any("TCP_RTO_MAX" in d and "cap of T" in d for d in s["differences"]) is clamped
+
+
+def test_initial_window_and_per_packet_acks():
+    for name in ("sack", "msack"):
+        s = profiles.make(name).settings(TimeDilation(10_000), hz=250)
+        assert s["route"]["initcwnd"] == "1" and s["route"]["quickack"] == "1", name
+        assert s["initial_window_segments"] == 1 and s["per_packet_acks"] is True
+        assert profiles.make(name, {"initial_window": 10}).settings(TimeDilation(1))["route"]["initcwnd"] == "10"
+    # kernel profiles keep the kernel's defaults unless asked (E1 asks)
+    reno = profiles.make("reno").settings(TimeDilation(1))
+    assert "initcwnd" not in reno["route"] and "quickack" not in reno["route"]
+    assert reno["initial_window_segments"] == "kernel default (10)" and reno["per_packet_acks"] is False
+    e1 = profiles.make("cubic", {"initial_window": 1, "quickack": 1}).settings(TimeDilation(1))
+    assert e1["route"] == {"initcwnd": "1", "quickack": "1"}
+    # only our modules re-arm the first data segment: the kernel's reno does not claim it
+    paced = profiles.make("paced-reno").settings(TimeDilation(1))["differences"]
+    assert not any("first data segment" in d or "quickack 1" in d for d in paced)
+    for name in ("saw", "sawl", "sack", "msack"):
+        diffs = profiles.make(name).settings(TimeDilation(1), 10e9)["differences"]
+        assert any("first data segment is timed with the initial RTO" in d for d in diffs), name
+    # SAW has one segment in flight by construction: no initial_window option
+    with pytest.raises(DefinitionError) as exc:
+        profiles.make("saw", {"initial_window": 2})
+    assert exc.value.key == "cca.initial_window"
+
+
+@pytest.mark.parametrize("value", [0, 1001, -1, 2.5, True])
+def test_initial_window_bounds(value):
+    with pytest.raises(DefinitionError) as exc:
+        profiles.make("sack", {"initial_window": value})
+    assert exc.value.key == "cca.initial_window" and exc.value.value == value
+    assert profiles.make("sack", {"initial_window": 1000}).options["initial_window"] == 1000
+    with pytest.raises(DefinitionError) as exc:
+        profiles.make("sack", {"quickack": 2})
+    assert exc.value.key == "cca.quickack"
+
+
+def test_undilated_kernel_timers_are_listed_in_paper_time():
+    rows = {r["name"]: r for r in profiles.undilated_timers(TimeDilation(10_000), hz=250)}
+    assert rows["TCP_RTO_MAX"]["paper_s"] == pytest.approx(0.012)
+    assert rows["TCP_DELACK_MAX"]["paper_s"] == pytest.approx(20e-6)
+    assert rows["TCP_TIMEWAIT_LEN"]["paper_s"] == pytest.approx(6e-3)
+    assert rows["jiffy (1/CONFIG_HZ)"]["paper_s"] == pytest.approx(0.4e-6)
+    s = profiles.make("msack").settings(TimeDilation(10_000), hz=250)
+    assert any("emulation time" in d and "TCP_RTO_MAX 120 s (12 ms)" in d for d in s["differences"])
+    # every constant in the table is in docs/congestion-control.md
+    doc = (modules.KERNEL_DIR.parent / "docs" / "congestion-control.md").read_text()
+    for name, _k, _role in profiles.KERNEL_TIMERS:
+        assert name.split(" (")[0].split(" /")[0] in doc, name
+
+
+def test_e1_passes_initial_window_and_refuses_it_for_saw():
+    from testbed.kinds.e1_fattree import E1FatTree, retransmission_columns
+
+    base = {"initial_rto": "1 ms", "sawl_p": 4, "initial_window": 3}
+    assert E1FatTree.profile_options({**base, "cca": "sack"})["initial_window"] == 3
+    assert E1FatTree.profile_options({**base, "cca": "cubic"})["quickack"] == 1
+    assert "initial_window" not in E1FatTree.profile_options({**base, "cca": "saw"})
+    for cca in ("saw", "sawl", "sack", "msack", "reno", "cubic"):
+        profiles.make(cca, E1FatTree.profile_options({**base, "cca": cca}))  # accepted options
+    raw = {"experiment": {"name": "t", "kind": "e1-fattree"}, "params": {"cca": "saw", "initial_window": 2}}
+    with pytest.raises(DefinitionError) as exc:
+        validate(raw)
+    assert exc.value.key == "params.initial_window" and "1..1000" in exc.value.accepted
+    with pytest.raises(DefinitionError) as exc:
+        validate({**raw, "params": {"cca": "sack", "initial_window": 1001}})
+    assert exc.value.key == "params.initial_window"
+
+    class F:
+        def __init__(self, data, retrans, dsack):
+            self.data_segs_out, self.retrans_segs, self.dsack_dups = data, retrans, dsack
+
+    cols = retransmission_columns([F(100, 3, 1), F(300, 1, 1), F(None, None, None)])
+    assert cols == {"data_segments": 400, "retransmits": 4, "spurious_retransmits": 2,
+                    "spurious_fraction": 0.005}
+    import math
+    assert math.isnan(retransmission_columns([])["spurious_fraction"])
