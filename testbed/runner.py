@@ -184,10 +184,18 @@ class PointContext:
 def run_features(defn: Definition) -> set[str]:
     from testbed.kinds import KINDS
 
+    from testbed.cc.modules import OUR_MODULES
+    from testbed.cc.profiles import PROFILES
+
     kind = KINDS[defn.kind]
     need: set[str] = set()
     for p in defn.points():
         need |= kind.features(p.values)
+    # a [cca] table whose profiles run one of our kernel modules needs module loading
+    if defn.cca is not None:
+        choices = [c for c in (defn.cca.default, *defn.cca.hosts.values()) if c is not None]
+        if any(PROFILES[c.profile].algorithm in OUR_MODULES for c in choices):
+            need.add("modules")
     return need
 
 

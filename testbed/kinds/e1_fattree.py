@@ -72,8 +72,11 @@ class E1FatTree(ExperimentKind):
 
     @classmethod
     def features(cls, values: dict[str, Any]) -> set[str]:
+        from testbed.cc.modules import OUR_MODULES
+        from testbed.cc.profiles import PROFILES
+
         need = {"netns", "fq", "clsact-bpf", "btf"}
-        if values["cca"] in ("saw", "sawl", "msack"):
+        if PROFILES[values["cca"]].algorithm in OUR_MODULES:  # saw, sawl, sack, msack
             need.add("modules")
         return need
 

@@ -85,3 +85,15 @@ def test_cli_exits_2_before_creating_anything(tmp_path):
 def test_shipped_definitions_are_valid():
     for path in definition.EXPERIMENTS_DIR.glob("*.toml"):
         definition.load(str(path))
+
+
+@pytest.mark.parametrize("profile,needs_modules", [("sack", True), ("saw", True), ("cubic", False)])
+def test_a_cca_table_of_our_modules_needs_module_loading(tmp_path, profile, needs_modules):
+    """A [cca] profile that runs one of kernel/'s modules (sack is one now) makes the run
+    need module loading, so it is placed where modules load (the guest here)."""
+    from testbed.runner import run_features
+
+    defn = definition.load(write(tmp_path, GOOD + f'[cca]\nprofile = "{profile}"\n'))
+    assert ("modules" in run_features(defn)) is needs_modules
+    e1 = definition.load("e1-demo", overrides={"cca": profile})
+    assert ("modules" in run_features(e1)) is needs_modules
