@@ -12,9 +12,9 @@ PYTEST  := $(PY) -m pytest
 GUEST_OPTS ?=
 
 help:
-	@echo "make run    - set up, build, run the main demo (E1, about 12 min), print where its report is"
+	@echo "make run    - set up, build, run the main demo (E1, about 13 min), print where its report is"
 	@echo "make test   - set up, build, run all test tiers (unit, BPF, native, guest)"
-	@echo "make reproduce-e1 - the paper's E1 sweep at k = 4 (long: about 13 hours on 2 cores)"
+	@echo "make reproduce-e1 - the paper's E1 sweep at k = 4, files x 1 % (very long: ~170 hours on 2 cores; docs/e1.md has a findings subset)"
 	@echo "make bench  - benchmarks (all areas; AREAS="switch traffic" for some)"
 	@echo "make setup  - idempotent set-up only (apt, venv, pinned pip, builds)"
 	@echo "make clean  - remove leftovers of killed runs (testbed clean)"
@@ -49,7 +49,7 @@ test-guest: setup
 run: setup
 	@$(TESTBED) run e1-demo
 
-# The paper's E1 sweep at k = 4 (about 13 hours on 2 cores; see experiments/e1-paper.toml).
+# The paper's E1 sweep at k = 4 (~170 hours on 2 cores, estimated; see experiments/e1-paper.toml).
 reproduce-e1: setup
 	@$(TESTBED) run e1-paper
 
