@@ -13,6 +13,60 @@ from analysis import findings as findings_mod
 from testbed.results import atomic_write
 
 
+class CombineError(ValueError):
+    """Runs that cannot be combined into one report (message names the folder and why)."""
+
+
+#: file in a combined report folder that lists its source runs (and marks it as combined)
+SOURCES = "sources.json"
+
+
+def combine(runs: list[Path], out: Path) -> Path:
+    """One report over several results folders of the same kind, in ``out``: their
+    summaries concatenated (a ``run`` column names the source folder), a config naming
+    the kind and the runs, ``sources.json`` (each run's experiment, D, git sha), then
+    :func:`generate`. For findings whose points were run as separate definitions (e.g.
+    the E1 findings subset, one folder per block).
+
+    Raises CombineError if a folder is not a results folder, the kinds differ, or ``out``
+    exists and is not a combined report (a run's own folder is never overwritten).
+    """
+    if not runs:
+        raise CombineError("no results folder given")
+    configs, frames, sources = [], [], []
+    for run in runs:
+        cfg_path = run / "config.json"
+        if not cfg_path.exists():
+            raise CombineError(f"{run} is not a results folder (no config.json)")
+        cfg = json.loads(cfg_path.read_text())
+        configs.append(cfg)
+        man = json.loads((run / "manifest.json").read_text()) if (run / "manifest.json").exists() else {}
+        sources.append({"folder": str(run), "experiment": cfg["experiment"]["name"], "tdf": cfg["run"]["tdf"],
+                        "git": man.get("git", {}).get("sha"), "kind": cfg["experiment"]["kind"]})
+        if (run / "summary.csv").exists():
+            try:
+                frames.append(pd.read_csv(run / "summary.csv").assign(run=run.name))
+            except pd.errors.EmptyDataError:
+                pass
+    kinds = {c["experiment"]["kind"] for c in configs}
+    if len(kinds) > 1:
+        raise CombineError("the runs are of different kinds: " + ", ".join(
+            f"{s['folder']} ({s['kind']})" for s in sources) + "; combine runs of one kind")
+    if (out / "config.json").exists() and not (out / SOURCES).exists():
+        raise CombineError(f"{out} is a run's results folder, not a combined report: choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    tdfs = sorted({c["run"]["tdf"] for c in configs})
+    config = {"experiment": {"name": "combined: " + " + ".join(sorted({c["experiment"]["name"] for c in configs})),
+                             "kind": kinds.pop(),
+                             "description": f"{len(runs)} runs combined: " + ", ".join(str(r) for r in runs)},
+              "run": {"tdf": tdfs[0] if len(tdfs) == 1 else ", ".join(map(str, tdfs))}}
+    atomic_write(out / "config.json", json.dumps(config, indent=2) + "\n")
+    atomic_write(out / SOURCES, json.dumps(sources, indent=2) + "\n")
+    summary = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    atomic_write(out / "summary.csv", summary.to_csv(index=False))
+    return generate(out)
+
+
 def generate(results: Path) -> Path:
     """(Re)write ``results/report/`` and return the path of its index.html."""
     config = json.loads((results / "config.json").read_text())

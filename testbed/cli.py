@@ -84,10 +84,15 @@ def build_parser() -> argparse.ArgumentParser:
                    description="List experiments/ definitions and every kind's parameters. "
                    "Example: testbed list")
 
-    rep = sub.add_parser("report", help="regenerate a results folder's report",
+    rep = sub.add_parser("report", help="regenerate a results folder's report, or combine several",
                          description="Regenerate figures, tables and index.html from the data "
-                         "alone. Example: testbed report results/demo/RUN")
-    rep.add_argument("results", type=Path, metavar="RESULTS_DIR")
+                         "alone. Example: testbed report results/demo/RUN. With several folders of "
+                         "one kind and --out DIR, one report over all their points (their summaries "
+                         "concatenated, a `run` column naming each): testbed report results/e1-paper/A "
+                         "results/e1-paper/B --out results/e1-paper/findings")
+    rep.add_argument("results", type=Path, metavar="RESULTS_DIR", nargs="+")
+    rep.add_argument("--out", type=Path, metavar="DIR",
+                     help="with several RESULTS_DIR: the combined report's folder (required then)")
 
     c = sub.add_parser("clean", help="remove leftovers of earlier runs",
                        description="Tear down every object recorded in the ledgers of runs that "
@@ -240,11 +245,20 @@ def cmd_clean(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def cmd_report(args: argparse.Namespace, argv: list[str]) -> int:
-    from analysis.report import generate
+    from analysis.report import CombineError, combine, generate
 
-    if not (args.results / "config.json").exists():
-        raise UsageError(f"{args.results} is not a results folder (no config.json)")
-    print(generate(args.results))
+    for r in args.results:
+        if not (r / "config.json").exists():
+            raise UsageError(f"{r} is not a results folder (no config.json)")
+    if len(args.results) == 1 and args.out is None:
+        print(generate(args.results[0]))
+        return 0
+    if args.out is None:
+        raise UsageError("testbed report with several results folders needs --out DIR (the combined report)")
+    try:
+        print(combine(args.results, args.out))
+    except CombineError as exc:
+        raise UsageError(str(exc)) from None
     return 0
 
 

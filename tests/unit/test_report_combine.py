@@ -1,0 +1,64 @@
+"""`testbed report RUN... --out DIR`: one report over several results folders of a kind
+(the E1 findings subset is four folders, one per block)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis.report import SOURCES, CombineError, combine
+
+
+def _run(root: Path, name: str, kind: str, cca: str, switches: tuple[str, ...], thr: float) -> Path:
+    run = root / name
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"experiment": {"name": "e1-paper", "kind": kind},
+                                                 "run": {"tdf": 10000}}))
+    rows = [{"cca": cca, "switch": sw, "initial_rto": "1 ms", "load": "20000 /s", "link_length": "10 m",
+             "k": 4, "size_scale": "1 %", "rep": rep, "throughput_bps": thr * (1 + 0.01 * rep),
+             "loss_ratio": 0.01, "oeo_fraction": 0.2, "max_buffer_bytes": 1e5}
+            for sw in switches for rep in range(3)]
+    pd.DataFrame(rows).to_csv(run / "summary.csv", index=False)
+    return run
+
+
+def test_combined_report_judges_a_finding_whose_groups_are_in_different_runs(tmp_path):
+    a = _run(tmp_path, "A", "e1-fattree", "saw", ("hybrid:2",), 10e9)
+    b = _run(tmp_path, "B", "e1-fattree", "sawl", ("hybrid:2",), 15e9)
+    index = combine([a, b], tmp_path / "combined")
+    assert index.exists()
+    found = pd.read_csv(tmp_path / "combined" / "report" / "findings.csv")
+    f2 = found[found["id"] == "F2"].iloc[0]
+    assert f2["verdict"] == "holds", f2.to_dict()  # SAWL (run B) beats SAW (run A)
+    summary = pd.read_csv(tmp_path / "combined" / "summary.csv")
+    assert sorted(set(summary["run"])) == ["A", "B"] and len(summary) == 6
+    sources = json.loads((tmp_path / "combined" / SOURCES).read_text())
+    assert [s["folder"] for s in sources] == [str(a), str(b)]
+    # a second combine over the same folder replaces it
+    combine([a, b], tmp_path / "combined")
+
+
+def test_combine_refuses_mixed_kinds_and_never_overwrites_a_run(tmp_path):
+    a = _run(tmp_path, "A", "e1-fattree", "saw", ("hybrid:2",), 10e9)
+    c = _run(tmp_path, "C", "e3-leafspine", "saw", ("hybrid:2",), 10e9)
+    with pytest.raises(CombineError, match="different kinds"):
+        combine([a, c], tmp_path / "x")
+    b = _run(tmp_path, "B", "e1-fattree", "sawl", ("hybrid:2",), 15e9)
+    with pytest.raises(CombineError, match="not a combined report"):
+        combine([a, b], a)
+    with pytest.raises(CombineError, match="not a results folder"):
+        combine([a, tmp_path / "nothing"], tmp_path / "y")
+
+
+def test_cli_needs_out_with_several_folders(tmp_path):
+    a = _run(tmp_path, "A", "e1-fattree", "saw", ("hybrid:2",), 10e9)
+    b = _run(tmp_path, "B", "e1-fattree", "sawl", ("hybrid:2",), 15e9)
+    p = subprocess.run([sys.executable, "-m", "testbed", "report", str(a), str(b)],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "--out" in p.stderr
+    assert not (tmp_path / "combined").exists()
