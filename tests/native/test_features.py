@@ -114,8 +114,10 @@ def test_kvm_probe_reports_and_caches(tmp_path: Path, monkeypatch: pytest.Monkey
     first = features.kvm_probe(kernel, timeout_s=120)
     assert first.name == "kvm" and first.detail.strip()
     if not first.ok and Path("/dev/kvm").exists() and RESTRICTED:
-        # This host's /dev/kvm only runs PVM guests: QEMU aborts on a stock kernel.
-        assert "failed to set MSR" in first.detail, first.detail
+        # This host's /dev/kvm only runs PVM guests: QEMU on a stock kernel either aborts
+        # ("failed to set MSR", seen until 2026-11-21) or hangs without output until the
+        # probe's timeout (seen 2026-11-23, host kernel 6.18); docs/environment.md.
+        assert "failed to set MSR" in first.detail or "timed out" in first.detail, first.detail
     if Path("/dev/kvm").exists():
         assert (tmp_path / "kvm-probe.json").is_file()
         start = time.monotonic()
