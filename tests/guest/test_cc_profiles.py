@@ -248,15 +248,17 @@ def test_saw_and_sawl(tracer, ledger):
     # no delayed ACK timer fired at the receiver: each segment was ACKed at once
     assert saw["receiver_delayed_acks"] == 0, saw
     assert saw["receiver_out_segs"] >= 0.95 * saw["receiver_in_segs"], saw
-    # SAW retransmits by the paper's rule only: every RTO fired after the whole armed
-    # RTO T (never early: a timer may fire up to a jiffy late), so each retransmission,
-    # spurious ones (DSACK-confirmed: the ACK was lost or late) included, is one whose
-    # RTT exceeded T, as in the paper
+    # SAW retransmits by the paper's rule only: every RTO fired after the armed RTO T, to
+    # within the timer's resolution, so each retransmission, spurious ones (DSACK-confirmed:
+    # the ACK was lost or late) included, is one whose RTT exceeded T, as in the paper.
+    # Resolution: a timer of n jiffies fires after n - 1 to n jiffies of wall time, and
+    # under software emulation a late tick makes jiffies jump (seen: 24 ms armed, fired
+    # after 19.89 ms, once in 38), so two jiffies of slack; firing at T / 2 would still fail.
     jiffy = HZ_JIFFY_S
     for k in ("saw", "sawl"):
         fired = results[k]["rto_elapsed_vs_armed_s"]
         assert len(fired) >= 5, (k, fired)
-        assert all(elapsed >= armed - jiffy - 1e-4 for elapsed, armed in fired), (k, fired)
+        assert all(elapsed >= armed - 2 * jiffy for elapsed, armed in fired), (k, fired)
         assert statistics.median(e - a for e, a in fired) <= 2 * jiffy, (k, fired)
     assert saw["sender_dsacks"] <= saw["sender_retransmissions"], saw
     # SAWL: measured RTO - SAW's measured RTO = p x tau (+-10 %)
