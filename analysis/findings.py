@@ -32,9 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-from scipy import special
 
-from analysis.stats import mean_ci
+from analysis.stats import mean_ci, t_quantile
 
 HOLDS, FAILS, INCONCLUSIVE, NOT_MEASURED = "holds", "does not hold", "inconclusive", "not measured"
 VERDICTS = (HOLDS, FAILS, INCONCLUSIVE, NOT_MEASURED)
@@ -120,10 +119,6 @@ def _clean(values: Iterable[float], scale: float = 1.0) -> list[float]:
     return [float(v) * scale for v in values if v is not None and not math.isnan(float(v))]
 
 
-def _t(df: float, level: float) -> float:
-    return float(special.stdtrit(df, (1 + level) / 2))
-
-
 def welch_difference(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> Interval:
     """Mean(a) - mean(b) with Welch's t interval (unequal variances).
 
@@ -138,7 +133,7 @@ def welch_difference(a: Sequence[float], b: Sequence[float], level: float = LEVE
     if va + vb == 0:
         return Interval(d, d, d)
     df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
-    half = _t(df, level) * math.sqrt(va + vb)
+    half = t_quantile(df, level) * math.sqrt(va + vb)
     return Interval(d, d - half, d + half)
 
 
@@ -162,7 +157,7 @@ def fieller_ratio(a: Sequence[float], b: Sequence[float], level: float = LEVEL) 
     if wa + wb == 0:
         return Interval(r, r, r)
     df = (wa + wb) ** 2 / (wa ** 2 / (len(a) - 1) + wb ** 2 / (len(b) - 1))
-    t2 = _t(df, level) ** 2
+    t2 = t_quantile(df, level) ** 2
     quad = mb * mb - t2 * vb
     if quad <= 0:
         return Interval(r, -math.inf, math.inf)

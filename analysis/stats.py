@@ -9,6 +9,12 @@ import math
 from scipy import special
 
 
+def t_quantile(df: float, level: float = 0.95) -> float:
+    """Two-sided Student-t quantile: the factor of a ``level`` interval at ``df`` degrees
+    of freedom (12.706 for df = 1 at 95 %)."""
+    return float(special.stdtrit(df, (1 + level) / 2))
+
+
 def mean_ci(values: list[float], level: float = 0.95) -> tuple[float, float]:
     """Mean and the half-width of its Student-t confidence interval (nan for n < 2)."""
     n = len(values)
@@ -18,4 +24,4 @@ def mean_ci(values: list[float], level: float = 0.95) -> tuple[float, float]:
     if n < 2:
         return mean, math.nan
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    return mean, float(special.stdtrit(n - 1, (1 + level) / 2)) * sd / math.sqrt(n)
+    return mean, t_quantile(n - 1, level) * sd / math.sqrt(n)

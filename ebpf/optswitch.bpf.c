@@ -336,7 +336,7 @@ static __always_inline void earliest_emission(struct optsw_node_state *st, const
 
 /*
  * Reserve [s, e) on buffer output b (called under the node lock; [s, e) lies in a gap
- * found by bout_gap). Reservations that ended by the arrival a are forgotten. If the
+ * found by earliest_emission). Reservations that ended by the arrival a are forgotten. If the
  * calendar is still full, the smallest gap other than the new reservation's is given up
  * (the two neighbours merge: an emission slot the switch would have had is lost, so the
  * model errs towards later departures) and bout_overflow counts it.
@@ -475,7 +475,8 @@ int optsw_egress(struct __sk_buff *skb)
 			__u64 t0, bin;
 
 			/* A free buffer input (OE). One whose conversion ends exactly at a is
-			 * still busy: ties go against the arrival (the paper's residual loss). */
+			 * still busy: ties go against the arrival (the paper's residual loss).
+			 * 0 = never used since the node's reset (arrival times are never 0). */
 			*sel_bi = OPTSW_MAX_NE;
 			for (__u32 i = 0; i < OPTSW_MAX_NE; i++) {
 				if (i >= *ne)

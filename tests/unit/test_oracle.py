@@ -14,6 +14,8 @@ Two comparisons per configuration (testbed/optical/oracle.py):
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from testbed.optical import oracle
@@ -39,21 +41,16 @@ def _params() -> list:
     return out
 
 
-@pytest.fixture(scope="module")
-def rows() -> dict[oracle.Config, oracle.Row]:
-    return {}
-
-
-def _row(rows: dict, cfg: oracle.Config) -> oracle.Row:
-    if cfg not in rows:
-        rows[cfg] = oracle.compare(cfg, N_PACKETS, SEED)
-    return rows[cfg]
+@functools.cache
+def _row(cfg: oracle.Config) -> oracle.Row:
+    """One comparison per configuration, shared by both tests (deterministic)."""
+    return oracle.compare(cfg, N_PACKETS, SEED)
 
 
 @pytest.mark.parametrize("cfg", [pytest.param(c, id=c.label.replace(" ", "-"))
                                  for c in oracle.configs(4) + oracle.configs(8)])
-def test_model_is_the_simulator_with_outputs_claimed_at_buffering(rows, cfg):
-    r = _row(rows, cfg)
+def test_model_is_the_simulator_with_outputs_claimed_at_buffering(cfg):
+    r = _row(cfg)
     if cfg.model in ("all-optical", "electronic"):
         # nothing is ever committed ahead: the two must agree exactly
         assert (r.model.dropped, r.model.buffered, r.model.mean_sojourn_tau, r.model.p99_sojourn_tau) == \
@@ -62,8 +59,8 @@ def test_model_is_the_simulator_with_outputs_claimed_at_buffering(rows, cfg):
 
 
 @pytest.mark.parametrize("cfg", _params())
-def test_model_within_the_issue_bounds_of_the_paper_switch(rows, cfg):
-    r = _row(rows, cfg)
+def test_model_within_the_issue_bounds_of_the_paper_switch(cfg):
+    r = _row(cfg)
     assert r.within_bounds, oracle.table([r])
 
 
