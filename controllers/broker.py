@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from controllers.runner import ControllerError
 from testbed.traffic.schedule import Schedule
+from testbed import hostclock
 
 
 class Api(Protocol):
@@ -53,7 +54,7 @@ class OnDemandBroker:
             self.rid[f.id] = body["id"]
             self.open.add(f.id)
             self._record("request", flow=f.id, reservation=body["id"], state=body["state"])
-        deadline = time.monotonic() + timeout_s
+        deadline = hostclock.Deadline(timeout_s)
         pending = dict(self.rid)
         while pending:
             for fid, rid in list(pending.items()):
@@ -63,7 +64,7 @@ class OnDemandBroker:
                 if body["state"] != "granted" or body["installed"]:
                     self._record("installed" if body["installed"] else body["state"], flow=fid, reservation=rid)
                     del pending[fid]
-            if pending and time.monotonic() > deadline:
+            if pending and deadline.expired():
                 raise ControllerError(f"reservations {sorted(pending.values())} granted but not installed "
                                       f"within {timeout_s:g} s")
             if pending:

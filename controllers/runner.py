@@ -36,6 +36,7 @@ from testbed import cmd, ovs
 from testbed.errors import DefinitionError, TestbedError
 from testbed.ledger import Ledger, kill_process
 from testbed.traffic.records import read_jsonl
+from testbed import hostclock
 
 CONFIG_ENV = "E3_CONTROLLER_CONFIG"
 
@@ -163,7 +164,7 @@ class ControllerRunner:
     def wait_for(self, predicate: Any, what: str) -> dict[str, Any]:
         """Poll GET /status until ``predicate(status)``; ControllerError after the timeout
         or if the process exits."""
-        deadline = time.monotonic() + self.ready_timeout_s
+        deadline = hostclock.Deadline(self.ready_timeout_s)
         last: Any = None
         while True:
             if self.proc is None or self.proc.poll() is not None:
@@ -175,7 +176,7 @@ class ControllerRunner:
                     return last
             except (OSError, ControllerError) as exc:
                 last = str(exc)
-            if time.monotonic() > deadline:
+            if deadline.expired():
                 raise ControllerError(f"timed out after {self.ready_timeout_s:g} s waiting for {what}; "
                                       f"last status: {last}; log: {self.log_tail()}")
             time.sleep(0.05)

@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from testbed import hostclock
 from testbed.errors import CommandError, TestbedError
 
 #: ``ebpf/`` of the repository (objects, loader).
@@ -160,9 +161,7 @@ def _run_loader(args: list[str]) -> str:
     """Run ``tbload ARGS``; return stdout. Raise CommandError on failure or timeout."""
     argv = [str(loader_path()), *args]
     try:
-        proc = subprocess.run(
-            argv, capture_output=True, text=True, check=False, timeout=LOADER_TIMEOUT_S
-        )
+        proc = hostclock.run(argv, timeout=LOADER_TIMEOUT_S)
     except subprocess.TimeoutExpired as e:
         raise CommandError(argv, -1, f"timed out after {LOADER_TIMEOUT_S} s") from e
     if proc.returncode != 0:

@@ -11,6 +11,7 @@ from pathlib import Path
 from testbed import cmd
 from testbed.errors import DefinitionError, TestbedError
 from testbed.net import Emulation
+from testbed import hostclock
 
 
 class CaptureError(TestbedError):
@@ -44,8 +45,8 @@ class Capture:
         sel = selectors.DefaultSelector()
         assert self.proc.stderr is not None
         sel.register(self.proc.stderr, selectors.EVENT_READ)
-        deadline, seen = time.monotonic() + timeout_s, b""
-        while time.monotonic() < deadline:
+        deadline, seen = hostclock.Deadline(timeout_s), b""
+        while not deadline.expired():
             if sel.select(timeout=0.2):
                 chunk = self.proc.stderr.read1(4096)  # type: ignore[attr-defined]
                 if not chunk:
@@ -61,7 +62,7 @@ class Capture:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
             try:
-                self.proc.wait(timeout=10)
+                hostclock.wait(self.proc, 10)
             except subprocess.TimeoutExpired as exc:
                 self.proc.kill()
                 raise CaptureError(f"tcpdump writing {self.path} did not stop on SIGINT") from exc

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import sys
@@ -73,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="run here; fail if this kernel lacks a needed feature")
     where.add_argument("--vm", action="store_const", const="vm", dest="placement",
                        help="run in the full-kernel guest even if the host could")
+    r.add_argument("--clock", choices=("realtime", "icount"),
+                   help="guest clock when the run goes to the full-kernel guest (default "
+                   "TESTBED_GUEST_CLOCK; docs/guest-clock.md)")
     r.add_argument("--pcap", action="append", default=[], metavar="LINK",
                    help="capture LINK (e.g. h1-s1) into the results' pcap/ folder")
     r.add_argument("--no-report", action="store_true",
@@ -106,6 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--cpus", type=int, help="vCPUs (default TESTBED_GUEST_CPUS or 2)")
     g.add_argument("--memory", help="memory, e.g. 3G (default TESTBED_GUEST_MEMORY or 3G)")
     g.add_argument("--kvm", choices=("auto", "on", "off"), help="hardware acceleration")
+    g.add_argument("--clock", choices=("realtime", "icount"),
+                   help="what drives the guest clock (default TESTBED_GUEST_CLOCK; docs/guest-clock.md)")
     g.add_argument("--rwdir", action="append", default=[], type=Path,
                    help="another host folder to share read-write")
     g.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND")
@@ -181,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         if args.command in ("run", "clean", "guest", "doctor", "trace", "check-tdf") and os.geteuid() != 0:
             raise UsageError(f"`testbed {args.command}` needs root (namespaces, qdiscs, BPF, qemu)")
+        if getattr(args, "clock", None):
+            # Read by vm.GuestConfig.from_env here and in child `testbed run`s (check-tdf).
+            os.environ["TESTBED_GUEST_CLOCK"] = args.clock
         return COMMANDS[args.command](args, argv)
     except TestbedError as exc:
         print(f"testbed: error: {exc}", file=sys.stderr)
@@ -269,8 +278,8 @@ def cmd_guest(args: argparse.Namespace, argv: list[str]) -> int:
     if not command:
         raise UsageError("testbed guest: give a command after --")
     base = vm.GuestConfig.from_env()
-    cfg = vm.GuestConfig(cpus=args.cpus or base.cpus, memory=args.memory or base.memory,
-                         kvm=args.kvm or base.kvm, kernel=base.kernel)
+    cfg = dataclasses.replace(base, cpus=args.cpus or base.cpus, memory=args.memory or base.memory,
+                              kvm=args.kvm or base.kvm)
     return vm.run_in_guest(command, rw_dirs=args.rwdir, cfg=cfg)
 
 

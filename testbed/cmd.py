@@ -7,6 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
+from testbed import hostclock
 from testbed.errors import CommandError
 
 log = logging.getLogger(__name__)
@@ -17,12 +18,13 @@ def run(argv: list[str], *, check: bool = True, timeout: float = 30.0,
     """Run ``argv`` (in network namespace ``netns`` if given) and capture its output.
 
     Raises CommandError when ``check`` and the exit code is non-zero, and
-    CommandError (exit -1) when the command cannot start or exceeds ``timeout`` seconds.
+    CommandError (exit -1) when the command cannot start or exceeds ``timeout`` seconds
+    (on the guest's clock and the host's: :mod:`testbed.hostclock`).
     """
     full = (["ip", "netns", "exec", netns] if netns else []) + [str(a) for a in argv]
     log.debug("run: %s", full)
     try:
-        proc = subprocess.run(full, capture_output=True, text=True, timeout=timeout, input=input)
+        proc = hostclock.run(full, timeout=timeout, input=input)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise CommandError(full, -1, str(exc)) from exc
     if check and proc.returncode != 0:

@@ -30,6 +30,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from testbed import hostclock
+
 # Feature names: experiments declare their needs with these.
 NETEM = "netem"
 FQ = "fq"
@@ -96,8 +98,7 @@ def _run(argv: Sequence[str], timeout: float = _TIMEOUT, env: dict[str, str] | N
          cwd: str | None = None) -> _Result:
     """Run ``argv`` (a list, never a shell string); never raises for the usual failures."""
     try:
-        cp = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
-                            stdin=subprocess.DEVNULL, env=env, cwd=cwd, check=False)
+        cp = hostclock.run(argv, timeout=timeout, stdin=subprocess.DEVNULL, env=env, cwd=cwd)
     except FileNotFoundError:
         return _Result(None, "", f"{argv[0]}: not found")
     except PermissionError as exc:

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testbed import cmd
+from testbed import cmd, hostclock
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON_PACKAGES = ("virtme-ng", "os-ken", "pyroute2", "scapy", "numpy", "scipy", "pandas",
@@ -58,6 +58,8 @@ def where() -> dict[str, Any]:
     in_guest = os.environ.get("TESTBED_IN_GUEST") == "1"
     return {"place": "guest" if in_guest else "host",
             "guest_accel": os.environ.get("TESTBED_GUEST_ACCEL") if in_guest else None,
+            # what drove the clock every time in this run was measured with
+            "clock": hostclock.guest_clock(),
             "kernel": platform.release(), "kernel_version": platform.version(),
             "boot_id": cmd.boot_id(), "cpus": os.cpu_count(), "hostname": platform.node()}
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, ContextManager, TypeVar
 
-from testbed import manifest
+from testbed import hostclock, manifest
 from testbed.definition import Definition, Point
 from testbed.dilation import TimeDilation
 from testbed.errors import FeatureError, TestbedError
@@ -308,17 +308,18 @@ def run_native(defn: Definition, opts: RunOptions, run_id: str, out: Path, needs
 
 
 class Progress:
-    """Prints points done / total, elapsed time and an estimate of the time left."""
+    """Prints points done / total, elapsed time and an estimate of the time left, in
+    wall (host) seconds also in an instruction-counted guest (:mod:`testbed.hostclock`)."""
 
     def __init__(self, total: int, done: int = 0) -> None:
-        self.total, self.done, self.t0, self.ran = total, done, time.monotonic(), 0
+        self.total, self.done, self.t0, self.ran = total, done, hostclock.host_seconds(), 0
         self.current: Point | None = None
 
     def _prefix(self) -> str:
         return f"[{self.done}/{self.total}]"
 
     def start(self, point: Point) -> None:
-        self.current, self.point_t0 = point, time.monotonic()
+        self.current, self.point_t0 = point, hostclock.host_seconds()
         print(f"{self._prefix()} {point.id} {point.label()} ...", file=sys.stderr, flush=True)
 
     def note(self, message: str) -> None:
@@ -327,10 +328,11 @@ class Progress:
     def end(self, point: Point, ok: bool) -> None:
         self.done += 1
         self.ran += 1
-        elapsed = time.monotonic() - self.t0
+        now = hostclock.host_seconds()
+        elapsed = now - self.t0
         left = (self.total - self.done) * elapsed / self.ran
         print(f"{self._prefix()} {point.id} {'done' if ok else 'FAILED'} in "
-              f"{time.monotonic() - self.point_t0:.1f} s | elapsed {_hms(elapsed)} | "
+              f"{now - self.point_t0:.1f} s | elapsed {_hms(elapsed)} | "
               f"left ~{_hms(left)}", file=sys.stderr, flush=True)
 
 

@@ -27,21 +27,66 @@ INIT = Path(__file__).resolve().parent / "guest-init.sh"
 BOOT_MARKER = "OT-GUEST-UP"
 
 
+CLOCKS = ("realtime", "icount")
+
+
+@dataclass(frozen=True)
+class IcountOptions:
+    """QEMU ``-icount`` settings: the guest clock advances 2**shift ns per executed
+    instruction; with ``sleep`` False an idle guest jumps to its next timer at once."""
+
+    shift: int = 0
+    sleep: bool = True
+
+    @classmethod
+    def parse(cls, text: str) -> "IcountOptions":
+        """Parse ``shift=N,sleep=on|off``; raises UsageError naming the bad part."""
+        from testbed.errors import UsageError
+
+        vals: dict[str, str] = {}
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            key, sep, val = part.partition("=")
+            if not sep or key not in ("shift", "sleep"):
+                raise UsageError(f"TESTBED_GUEST_ICOUNT: {part!r}: accepted keys are shift=0..10 and "
+                                 "sleep=on|off")
+            vals[key] = val
+        shift = vals.get("shift", str(cls.shift))
+        if not shift.isdigit() or not 0 <= int(shift) <= 10:
+            raise UsageError(f"TESTBED_GUEST_ICOUNT: shift={shift!r}: accepted range 0..10")
+        sleep = vals.get("sleep", "on" if cls.sleep else "off")
+        if sleep not in ("on", "off"):
+            raise UsageError(f"TESTBED_GUEST_ICOUNT: sleep={sleep!r}: accepted on or off")
+        return cls(shift=int(shift), sleep=sleep == "on")
+
+    def qemu(self) -> str:
+        return f"shift={self.shift},sleep={'on' if self.sleep else 'off'}"
+
+
 @dataclass(frozen=True)
 class GuestConfig:
-    """Guest size and acceleration; from TESTBED_GUEST_{CPUS,MEMORY,KVM} by default."""
+    """Guest size, acceleration and clock; from TESTBED_GUEST_{CPUS,MEMORY,KVM,CLOCK,ICOUNT}
+    by default."""
 
     cpus: int = 2
     memory: str = "3G"
     kvm: str = "auto"  # auto (probe once per boot) | on | off
     kernel: Path | None = None
+    clock: str = "realtime"  # realtime | icount (see docs/guest-clock.md)
+    icount: IcountOptions = IcountOptions()
 
     @classmethod
     def from_env(cls) -> "GuestConfig":
+        from testbed.errors import UsageError
+
         e = os.environ
-        return cls(cpus=int(e.get("TESTBED_GUEST_CPUS", min(os.cpu_count() or 2, 4))),
+        clock = e.get("TESTBED_GUEST_CLOCK", cls.clock)
+        if clock not in CLOCKS:
+            raise UsageError(f"TESTBED_GUEST_CLOCK={clock!r}: accepted {' or '.join(CLOCKS)}")
+        default_cpus = 1 if clock == "icount" else min(os.cpu_count() or 2, 4)
+        return cls(cpus=int(e.get("TESTBED_GUEST_CPUS", default_cpus)),
                    memory=e.get("TESTBED_GUEST_MEMORY", "3G"), kvm=e.get("TESTBED_GUEST_KVM", "auto"),
-                   kernel=Path(e["TESTBED_GUEST_KERNEL"]) if e.get("TESTBED_GUEST_KERNEL") else None)
+                   kernel=Path(e["TESTBED_GUEST_KERNEL"]) if e.get("TESTBED_GUEST_KERNEL") else None,
+                   clock=clock, icount=IcountOptions.parse(e.get("TESTBED_GUEST_ICOUNT", "")))
 
 
 def vng_command(argv: list[str], cfg: GuestConfig, rw_dirs: list[Path], use_kvm: bool) -> list[str]:
@@ -54,12 +99,23 @@ def vng_command(argv: list[str], cfg: GuestConfig, rw_dirs: list[Path], use_kvm:
                          "run `make setup`")
     dirs = sorted({str(REPO), *(str(d.resolve()) for d in rw_dirs)})
     guest_cmd = shlex.join(["env", f"OT_GUEST_CWD={os.getcwd()}", f"OT_RW_DIRS={':'.join(dirs)}",
-                            f"TESTBED_GUEST_ACCEL={'kvm' if use_kvm else 'tcg'}", str(INIT), *argv])
+                            f"TESTBED_GUEST_ACCEL={'kvm' if use_kvm else 'tcg'}",
+                            f"TESTBED_GUEST_CLOCK={clock_label(cfg, use_kvm)}", str(INIT), *argv])
     vng = [str(Path(sys.executable).parent / "vng"), "--run", str(kernel), "--cpus", str(cfg.cpus),
            "--memory", cfg.memory, *[f"--rwdir={d}" for d in dirs], "--exec", guest_cmd]
     if not use_kvm:
         vng.insert(1, "--disable-kvm")
+        if cfg.clock == "icount":
+            vng[1:1] = ["--qemu-opts", f"-icount {cfg.icount.qemu()}"]
     return vng
+
+
+def clock_label(cfg: GuestConfig, use_kvm: bool) -> str:
+    """What drives the guest clock, as recorded in manifests: ``realtime``,
+    ``icount:shift=N,sleep=on|off`` (TCG only; KVM guests always run in real time)."""
+    if cfg.clock == "icount" and not use_kvm:
+        return f"icount:{cfg.icount.qemu()}"
+    return "realtime"
 
 
 def decide_kvm(cfg: GuestConfig) -> bool:

@@ -21,6 +21,7 @@ from testbed.net import Emulation, LinkShape
 from testbed.runner import PointContext
 from testbed.units import Dim
 from topologies.path import TwoHostPath
+from testbed import hostclock
 
 IPERF_PORT = 5201
 
@@ -85,7 +86,7 @@ class NetemPath(ExperimentKind):
                 out = h1.run(["iperf3", "-c", h2.ip, "-p", str(IPERF_PORT), "-J", "-t", f"{duration:g}",
                               "-O", f"{omit:g}", "-i", f"{max(duration / 20, 0.1):g}"],
                              timeout=duration + omit + 60, check=False)
-                server.wait(timeout=10)
+                hostclock.wait(server, 10)
             ctx.write_text("iperf3-client.json", out.stdout)
         result = parse_iperf3(out.stdout)
         series = [{"t_s": D.time_to_paper(t), "throughput_bps": D.rate_to_paper(bps)}
@@ -117,8 +118,8 @@ def ping(node: Any, dst: str, count: int, interval_s: float = 0.05) -> list[floa
 
 def wait_listening(node: Any, port: int, timeout_s: float) -> None:
     """Wait until a TCP listener on ``port`` exists in ``node`` (bounded, polled)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    deadline = hostclock.Deadline(timeout_s)
+    while not deadline.expired():
         if node.run(["ss", "-Hltn", f"sport = :{port}"], check=False).stdout.strip():
             return
         time.sleep(0.05)
