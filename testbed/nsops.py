@@ -19,17 +19,15 @@ import threading
 from pathlib import Path
 from typing import Callable, TypeVar
 
+from testbed import setns
 from testbed.errors import TestbedError
+from testbed.setns import NETNS_RUN_DIR
 
 T = TypeVar("T")
 
-CLONE_NEWNET = 0x40000000
 MNT_DETACH = 2
-NETNS_RUN_DIR = Path("/run/netns")
 #: features `ethtool -K DEV tso off gso off gro off tx off` turns off (name prefixes)
 OFFLOAD_PREFIXES = ("tx-checksum-", "tx-tcp", "tx-generic-segmentation", "rx-gro")
-
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
 class NsOpsError(TestbedError):
@@ -47,15 +45,15 @@ def call_in(netns: str | None, fn: Callable[[], T]) -> T:
 
     def body() -> None:
         try:
-            fd = os.open(NETNS_RUN_DIR / netns, os.O_RDONLY | os.O_CLOEXEC)
+            fd = setns.open_named(netns)
         except OSError as exc:
             box["error"] = NsOpsError(f"network namespace {netns}: {exc.strerror}")
             return
         try:
-            if _libc.setns(fd, CLONE_NEWNET) != 0:
-                err = ctypes.get_errno()
-                box["error"] = NsOpsError(f"setns into {netns}: {os.strerror(err)}")
-                return
+            setns.switch(fd)  # for good: this thread ends with fn
+        except OSError as exc:
+            box["error"] = NsOpsError(f"setns into {netns}: {exc.strerror}")
+            return
         finally:
             os.close(fd)
         try:
@@ -289,7 +287,7 @@ def delete_netns(netns: str) -> None:
     """Unmount and remove ``/run/netns/NAME`` (as ``ip netns del``); the namespace goes
     when its last process and device reference go."""
     path = NETNS_RUN_DIR / netns
-    if _libc.umount2(str(path).encode(), MNT_DETACH) != 0:
+    if setns.libc.umount2(str(path).encode(), MNT_DETACH) != 0:
         err = ctypes.get_errno()
         if err not in (errno.EINVAL, errno.ENOENT):
             raise NsOpsError(f"umount {path}: {os.strerror(err)}")

@@ -14,7 +14,6 @@ namespace, so two senders start within microseconds of each other.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import secrets
 import socket
@@ -24,6 +23,7 @@ from contextlib import contextmanager
 import pytest
 
 from helpers import require_features, require_root
+from testbed import setns
 from testbed.ledger import Ledger
 from testbed.net import Emulation
 from testbed.optical import layout
@@ -46,29 +46,8 @@ PROP = round(propagation_delay_s(10.0) * TDF * 1e9)
 # tau = 48 ms that race cannot be lost.
 TDF_CONTENTION = TDF
 
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _setns(fd: int) -> None:
-    if _libc.setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
-        raise OSError(ctypes.get_errno(), "setns failed")
-
-
-@contextmanager
-def _in_netns(name: str):
-    own = os.open("/proc/self/ns/net", os.O_RDONLY)
-    target = os.open(f"/run/netns/{name}", os.O_RDONLY)
-    try:
-        _setns(target)
-        yield
-    finally:
-        _setns(own)
-        os.close(own)
-        os.close(target)
-
-
 def _udp_socket(netns: str) -> socket.socket:
-    with _in_netns(netns):
+    with setns.entered(netns):
         return socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 
 

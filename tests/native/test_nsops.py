@@ -101,3 +101,30 @@ def test_flush_neighbours_removes_learnt_entries_and_keeps_permanent_ones(two_ne
     after = cmd.run(["ip", "neigh", "show"], netns=a).stdout
     assert "10.77.0.2 " not in after and "10.77.0.9 " in after
     assert nsops.flush_neighbours(a) == 0
+
+
+def test_setns_entered_moves_only_the_block_and_sockets_stay(two_netns):
+    """testbed.setns.entered: the thread is inside the namespace for the block and back
+    after it; a socket made inside stays in that namespace; a missing one is an
+    OSError and leaves the thread where it was."""
+    import socket
+
+    from testbed import setns
+
+    a, _ = two_netns
+    home = os.readlink("/proc/thread-self/ns/net")
+    target = f"net:[{nsops.netns_inode(a)}]"
+    with setns.entered(a):
+        assert os.readlink("/proc/thread-self/ns/net") == target != home
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    assert os.readlink("/proc/thread-self/ns/net") == home
+    nsops.configure_link("lo", a)
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    assert f":{port}" in cmd.run(["ss", "-uanH"], netns=a).stdout
+    assert f":{port}" not in cmd.run(["ss", "-uanH"]).stdout
+    s.close()
+    with pytest.raises(OSError):
+        with setns.entered(a + "-missing"):
+            pass
+    assert os.readlink("/proc/thread-self/ns/net") == home
