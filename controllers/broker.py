@@ -5,9 +5,10 @@ The hosts' network namespaces cannot reach the controller's API (it listens on t
 management address only), so the migration agent runs beside the controller, on
 behalf of the hosts: before the traffic starts it reserves the link for every elephant
 of the schedule and waits (bounded) until every granted reservation is installed; while
-the transfers run, ``poll()`` watches the senders' flow records (appended when a flow
-ends, testbed/traffic/agent.py) and releases an elephant's reservation as soon as its
-record appears. A reservation that had to queue (its ToRs were busy with another
+the transfers run, ``poll(ended)`` gets the ids of the elephants that have ended (the
+traffic agent reports them as they end: ``TrafficRun(notify_tags=("elephant",))``,
+``TrafficRun.ended_flows()``) and releases their reservations at once. A reservation
+that had to queue (its ToRs were busy with another
 circuit) is granted by the controller when they become free; that elephant starts on
 the leaf-spine and is moved then. Every request, grant and release is logged to
 ``broker.jsonl`` (CLOCK_MONOTONIC seconds, the agents' clock).
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -30,12 +32,12 @@ class Api(Protocol):
 
 
 class OnDemandBroker:
-    """See the module docstring. ``ip_of`` maps host names to IPv4 addresses;
-    ``traffic_dir`` is the TrafficRun's out_dir; ``tag`` marks the elephants."""
+    """See the module docstring. ``ip_of`` maps host names to IPv4 addresses; ``tag``
+    marks the elephants."""
 
-    def __init__(self, api: Api, schedule: Schedule, ip_of: dict[str, str], traffic_dir: Path,
-                 log_path: Path, tag: str = "elephant") -> None:
-        self.api, self.ip_of, self.traffic_dir = api, ip_of, Path(traffic_dir)
+    def __init__(self, api: Api, schedule: Schedule, ip_of: dict[str, str], log_path: Path,
+                 tag: str = "elephant") -> None:
+        self.api, self.ip_of = api, ip_of
         self.elephants = [f for f in schedule.flows if f.tag == tag]
         self.rid: dict[int, int] = {}          # flow id -> reservation id
         self.open: set[int] = set()            # flow ids still holding a reservation
@@ -70,24 +72,10 @@ class OnDemandBroker:
             if pending:
                 time.sleep(0.02)
 
-    def ended_flows(self) -> set[int]:
-        ids: set[int] = set()
-        for host in {f.src for f in self.elephants}:
-            path = self.traffic_dir / f"flows-{host}.jsonl"
-            if not path.exists():
-                continue
-            for line in path.read_text().splitlines():
-                try:
-                    ids.add(int(json.loads(line)["id"]))
-                except (json.JSONDecodeError, KeyError, ValueError):
-                    continue  # a line being written
-        return ids
-
-    def poll(self) -> int:
-        """Release the reservations of elephants that ended; returns how many are open."""
-        if not self.open:
-            return 0
-        for fid in sorted(self.open & self.ended_flows()):
+    def poll(self, ended: Collection[int]) -> int:
+        """Release the reservations of the elephants among ``ended`` (flow ids that have
+        ended); returns how many are still open."""
+        for fid in sorted(self.open.intersection(ended)):
             self.release(fid)
         return len(self.open)
 

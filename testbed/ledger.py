@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -114,6 +115,26 @@ class Ledger:
     def mark_gone(self, seq: int) -> None:
         self._append({"type": "gone", "seq": seq})
         self.entries[seq].gone = True
+
+    def popen(self, argv: list[str], *, netns: str | None = None, stop_signal: int = signal.SIGTERM,
+              **kwargs: object) -> subprocess.Popen:
+        """Start a long-lived process in a session of its own, recorded first: ``add``
+        (argv, ``netns`` it runs in, group kill with ``stop_signal``), then
+        ``subprocess.Popen(argv, start_new_session=True, **kwargs)``, then ``update``
+        with its PID and start time. The process carries its seq as ``ledger_seq``.
+
+        Raises OSError when ``argv`` cannot start (its entry is then marked gone) and
+        LedgerError when the ledger cannot be written."""
+        argv = [str(a) for a in argv]
+        seq = self.add("process", argv=argv, netns=netns, group=True, stop_signal=int(stop_signal))
+        try:
+            proc = subprocess.Popen(argv, start_new_session=True, **kwargs)  # type: ignore[call-overload]
+        except OSError:
+            self.mark_gone(seq)
+            raise
+        self.update(seq, pid=proc.pid, start_time=cmd.process_start_time(proc.pid))
+        proc.ledger_seq = seq  # type: ignore[attr-defined]
+        return proc
 
     # -- reading -------------------------------------------------------------------
     @classmethod

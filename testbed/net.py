@@ -12,9 +12,10 @@ from __future__ import annotations
 import ipaddress
 import logging
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, ClassVar
+from typing import IO, TYPE_CHECKING, ClassVar
 
 from mininet.topo import Topo
 
@@ -22,6 +23,9 @@ from testbed import cmd, nsops, ovs
 from testbed.errors import LedgerError, TestbedError
 from testbed.ledger import Ledger, netns_exists
 from testbed.names import check_ifname, check_node_name
+
+if TYPE_CHECKING:
+    from testbed.traffic.control import AgentProcess
 
 log = logging.getLogger(__name__)
 
@@ -72,14 +76,9 @@ class Node:
     def popen(self, argv: list[str], *, stdout: IO | int | None = subprocess.DEVNULL,
               stderr: IO | int | None = subprocess.STDOUT, stop_signal: int = 15) -> subprocess.Popen:
         """Start a long-lived process in this node; recorded in the ledger."""
-        full = ["ip", "netns", "exec", self.netns, *map(str, argv)]
-        seq = self.emu.ledger.add("process", argv=full, netns=self.netns, group=True,
-                                  stop_signal=stop_signal)
-        proc = subprocess.Popen(full, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
-        self.emu.ledger.update(seq, pid=proc.pid, start_time=cmd.process_start_time(proc.pid))
-        proc.ledger_seq = seq  # type: ignore[attr-defined]
-        return proc
+        return self.emu.ledger.popen(["ip", "netns", "exec", self.netns, *map(str, argv)], netns=self.netns,
+                                     stop_signal=stop_signal, stdout=stdout, stderr=stderr,
+                                     stdin=subprocess.DEVNULL)
 
     def sysctl(self, key: str, value: str | int) -> None:
         """Set sysctl ``key`` (dotted) in this node's namespace; raises NsOpsError."""
@@ -244,6 +243,7 @@ class Emulation:
         self.port_links: list[tuple[str, int, str, int, dict]] = []
         self.optical: object | None = None  # testbed.optical.netfabric.OpticalFabric
         self._first_seq = len(ledger.entries)
+        self._traffic_agent: AgentProcess | None = None
 
     def __enter__(self) -> "Emulation":
         try:
@@ -321,8 +321,22 @@ class Emulation:
             if shape is not None:
                 node.shape_port(name, shape)
 
+    def traffic_agent(self, python: str = sys.executable) -> "AgentProcess":
+        """The traffic agent serving every host of this emulation (testbed.traffic.agent),
+        started with ``python`` on first use, or again when it has died; recorded in the
+        ledger and stopped by :meth:`teardown`. Raises TrafficError when it cannot start."""
+        from testbed.traffic.control import running
+
+        self._traffic_agent = running(self._traffic_agent, self.ledger, python)
+        return self._traffic_agent
+
     def teardown(self) -> None:
-        errors = self.ledger.teardown(since=self._first_seq, archive=False)
+        agent, self._traffic_agent = self._traffic_agent, None
+        try:
+            if agent is not None:
+                agent.close()  # first: its sockets hold the namespaces
+        finally:
+            errors = self.ledger.teardown(since=self._first_seq, archive=False)
         if errors:
             raise EmulationError("teardown incomplete (run `testbed clean`):\n  " + "\n  ".join(errors))
 

@@ -109,14 +109,13 @@ def on_demand_scenario(ledger: Ledger, tmp_path: Path, datapath: str) -> None:
             assert all(a in ("0100007F", "00000000000000000000000001000000") for a, _ in listeners), listeners
             oss_bridge = fab.bridges[fab.oss]
             before = ovs_rx_bytes(oss_bridge)
-            broker = OnDemandBroker(ctl, sched, {h.name: h.ip for h in hosts}, tmp_path / "traffic",
-                                    tmp_path / "broker.jsonl")
+            broker = OnDemandBroker(ctl, sched, {h.name: h.ip for h in hosts}, tmp_path / "broker.jsonl")
             broker.reserve_all()
             assert ctl.status()["circuits"][0]["pairs"] == [[emu["h0x0"].ip, emu["h2x0"].ip]]
-            with TrafficRun(emu, hosts, sched, "cubic", tmp_path / "traffic") as run:
+            with TrafficRun(emu, hosts, sched, "cubic", tmp_path / "traffic", notify_tags=("elephant",)) as run:
                 deadline = time.monotonic() + 120
-                while broker.poll() and time.monotonic() < deadline:
-                    time.sleep(0.02)
+                while broker.poll(run.ended_flows()) and time.monotonic() < deadline:
+                    run.poll(0.02)
                 run.wait(timeout_s=120)
             broker.close()
             after = ovs_rx_bytes(oss_bridge)

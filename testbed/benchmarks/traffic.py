@@ -1,9 +1,11 @@
 """Traffic agent benchmarks: sustained flow starts per second of 10 KB transfers with
-both agents on one core, and CPU seconds per Gb/s of one bulk flow.
+the agent (both ends of every flow) on one core, and CPU seconds per Gb/s of one bulk
+flow.
 
-Natively as root the two agents run in two namespaces joined by a veth pair
-(``TwoHostPath(switch="none")``, unshaped, offloads off as in every emulation); without
-root, on the loopback of the current namespace. Run:
+Natively as root the two hosts are two namespaces joined by a veth pair
+(``TwoHostPath(switch="none")``, unshaped, offloads off as in every emulation), served
+by the emulation's one agent for all runs; without root, on the loopback of the
+current namespace (a ``LoopbackNet``: one agent for all runs too). Run:
 ``make bench AREAS=traffic`` (or ``python -m testbed.benchmarks traffic``).
 """
 
@@ -31,10 +33,12 @@ LAG_P90_LIMIT_S = 0.050
 @contextlib.contextmanager
 def two_hosts() -> Iterator[tuple[Any, list[Any], str]]:
     """(emu or None, [sender, receiver], where) for the benchmark's path."""
-    from testbed.traffic.local import LoopbackHost
+    from testbed.traffic.local import LoopbackHost, LoopbackNet
 
     if os.geteuid() != 0:
-        yield None, [LoopbackHost("a", "127.0.77.1"), LoopbackHost("b", "127.0.77.2")], "loopback"
+        hosts = [LoopbackHost("a", "127.0.77.1"), LoopbackHost("b", "127.0.77.2")]
+        with LoopbackNet(hosts) as net:
+            yield net, hosts, "loopback"
         return
     from testbed.ledger import Ledger
     from testbed.net import Emulation
@@ -55,9 +59,8 @@ def _run(emu: Any, hosts: list[Any], schedule: Any, duration_s: float | None, cp
     out = Path(tempfile.mkdtemp(prefix="bench-traffic-"))
     run = TrafficRun(emu, hosts, schedule, "cubic", out, duration_s=duration_s, start_delay_s=1.0)
     with run:
-        if cpu is not None:
-            for p in run.procs.values():
-                os.sched_setaffinity(p.pid, {cpu})
+        assert run.agent is not None
+        os.sched_setaffinity(run.agent.pid, {cpu} if cpu is not None else os.sched_getaffinity(0))
         run.wait(timeout_s=(duration_s or 30) + 60)
     return run.result
 
@@ -67,12 +70,12 @@ def flow_rate(emu: Any, hosts: list[Any]) -> tuple[float, float]:
 
     Sustained: every flow completed and the start lag (actual - scheduled start) had a
     median below LAG_MEDIAN_LIMIT_S and a 90th percentile below LAG_P90_LIMIT_S, with
-    both agents pinned to CPU 0.
-    CPU per flow subtracts the agents' start-up CPU (a run without flows)."""
+    the agent pinned to CPU 0.
+    CPU per flow subtracts the agent's CPU for a point without flows (set-up, stop)."""
     from testbed.traffic import Fixed, batch, poisson_schedule
 
     base = _run(emu, hosts, batch([]), 0.5, 0)
-    idle_cpu = sum(base.cpu_s().values())
+    idle_cpu = base.agent_cpu_s()
     best, best_us = 0.0, float("nan")
     names = [h.name for h in hosts]
     for rate in RATES:
@@ -84,7 +87,7 @@ def flow_rate(emu: Any, hosts: list[Any]) -> tuple[float, float]:
         if not ok:
             break
         best = float(rate)
-        best_us = (sum(res.cpu_s().values()) - idle_cpu) / len(sched) * 1e6
+        best_us = (res.agent_cpu_s() - idle_cpu) / len(sched) * 1e6
     return best, best_us
 
 
@@ -93,7 +96,7 @@ def bulk_cpu(emu: Any, hosts: list[Any], duration_s: float = 4.0) -> tuple[float
     from testbed.traffic import Window, batch, long_lived
 
     base = _run(emu, hosts, batch([]), 0.5, None)
-    idle_cpu = sum(base.cpu_s().values())
+    idle_cpu = base.agent_cpu_s()
     from testbed.traffic import TrafficRun
 
     out = Path(tempfile.mkdtemp(prefix="bench-traffic-"))
@@ -103,7 +106,7 @@ def bulk_cpu(emu: Any, hosts: list[Any], duration_s: float = 4.0) -> tuple[float
         run.wait()
     res = run.result
     gbps = res.throughput_bps / 1e9
-    cpu = sum(res.cpu_s().values()) - idle_cpu
+    cpu = res.agent_cpu_s() - idle_cpu
     return gbps, cpu / duration_s / gbps
 
 

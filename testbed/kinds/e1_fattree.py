@@ -168,7 +168,7 @@ class E1FatTree(ExperimentKind):
         if res is None:
             from testbed.traffic import TrafficError
 
-            raise TrafficError(f"{ctx.point.id}: the traffic agents never started; see {ctx.dir / 'traffic'}")
+            raise TrafficError(f"{ctx.point.id}: the traffic agent wrote no results; see {ctx.dir / 'traffic'}")
         res.write()
         row = summarise(res, counters, ctx, v)
         # the initial RTO the kernel used (paper time): below the requested one when x D

@@ -145,23 +145,22 @@ class E3LeafSpine(ExperimentKind):
             oss_before = port_bytes(emu, "oss")
             broker = None
             if v["scheduler"] == "on-demand":
-                broker = OnDemandBroker(ctl, sched, ip_of, ctx.dir / "traffic", ctx.dir / "broker.jsonl")
+                broker = OnDemandBroker(ctl, sched, ip_of, ctx.dir / "broker.jsonl")
             try:
                 if broker:
                     broker.reserve_all()
                 with ctx.instruments(emu, count_ports=False), \
-                        TrafficRun(emu, hosts, sched, v["cca"], ctx.dir / "traffic", D,
-                                   granularities_s=(1.0,)) as run:
+                        TrafficRun(emu, hosts, sched, v["cca"], ctx.dir / "traffic", D, granularities_s=(1.0,),
+                                   notify_tags=("elephant",) if broker else ()) as run:
                     # until every transfer ended or the timeout (then the open ones
-                    # are recorded as incomplete when the agents stop)
+                    # are recorded as incomplete when the agent stops the point)
                     deadline = time.monotonic() + D.time_to_emulation(timeout)
                     while True:
-                        done = run.done()
+                        done = run.poll(0.05)
                         if broker:
-                            broker.poll()
+                            broker.poll(run.ended_flows())
                         if done or time.monotonic() > deadline:
                             break
-                        time.sleep(0.05)
             finally:
                 if broker:
                     broker.close()
@@ -173,7 +172,7 @@ class E3LeafSpine(ExperimentKind):
                          f"({', '.join(sorted({e['switch'] for e in lost}))}); see switch-events.jsonl")
         res = run.result
         if res is None:
-            raise TrafficError(f"{ctx.point.id}: the traffic agents never started; see {ctx.dir / 'traffic'}")
+            raise TrafficError(f"{ctx.point.id}: the traffic agent wrote no results; see {ctx.dir / 'traffic'}")
         res.write()
         rows = transfer_rows(res.flows, scale)
         ctx.write_csv("transfers.csv", rows)

@@ -1,7 +1,9 @@
 """Traffic generation and per-flow measurement (see docs/traffic.md).
 
 - :mod:`testbed.traffic.schedule`: size distributions and schedules (paper units);
-- :mod:`testbed.traffic.agent`: the per-host agent process (sink + source, one epoll loop);
+- :mod:`testbed.traffic.agent`: the agent process serving all hosts (sinks + sources,
+  one epoll loop, sockets in each host's namespace);
+- :mod:`testbed.traffic.control`: the controller's side of it (pipes, ledger entry);
 - :mod:`testbed.traffic.run`: ``TrafficRun`` context manager and ``TrafficResult``;
 - :mod:`testbed.traffic.records`: raw records -> ``FlowRecord`` in paper units.
 
@@ -18,7 +20,7 @@ _EXPORTS = {
     "Schedule": "schedule", "SizeDistribution": "schedule", "batch": "schedule", "long_lived": "schedule",
     "migration_batch": "schedule", "poisson_schedule": "schedule",
     "TrafficRun": "run", "TrafficResult": "run", "TrafficError": "run", "Window": "run",
-    "FlowRecord": "records", "LoopbackHost": "local",
+    "FlowRecord": "records", "LoopbackHost": "local", "LoopbackNet": "local",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,12 +1,57 @@
-"""The per-host traffic agent: ``python -m testbed.traffic.agent CONFIG.json``.
+"""The traffic agent: ``python -m testbed.traffic.agent``, controlled over stdin/stdout.
 
-One process per host, single-threaded, one ``epoll`` loop with non-blocking sockets
-(no thread or process per flow). It is both
+**One process for every host** of an emulation, single-threaded, one ``epoll`` loop
+with non-blocking sockets (no thread or process per flow or per host). For each host
+it is both
 
 - a **sink**: a listener that accepts any number of concurrent connections, counts
   the payload bytes of each and, per interval of each configured granularity, the
   bytes received by the host (and by traced flows alone); and
 - a **source**: it starts the host's flows of the schedule at their start times.
+
+A host's sockets are created inside the host's network namespace: the thread enters
+it with setns(2) (:mod:`testbed.setns`), creates the listener or the outgoing socket
+and goes back to the namespace it started in (it keeps an fd of it). A socket stays
+in the namespace it was created in, so the one loop serves all hosts. A host without
+a namespace (``LoopbackHost``: its own address on ``lo``) needs no switch.
+
+**Long-lived**: the agent is started once per emulation
+(``testbed.net.Emulation.traffic_agent``) and runs one *point* (one ``TrafficRun``)
+after the other. Listeners are kept from one point to the next for the same host,
+address, port and ``SO_RCVBUF`` (between points they are set to ``reno``, which is
+built in, so that they hold no reference to a congestion-control module that a
+profile may want to unload; each point sets its own algorithm again); everything
+else of a point (its flow sockets, records and counters) goes when the point ends.
+
+Control protocol: newline-delimited JSON objects, controller -> agent on stdin,
+agent -> controller on stdout; every message carries the point's ``seq``:
+
+- ``{"op": "point", "seq", "out_dir", "hosts": [host config, ...]}``: one config per
+  host (``TrafficRun.agent_config``: host, netns, listen_ip, listen_port, cca, rcvbuf,
+  granularities, window, stop_after, start_timeout, flows; emulation units). The
+  agent opens (or reuses) each host's listener in its namespace, sets the host's
+  congestion control on it, and answers ``{"ev": "ready", "seq", "pid"}``, or
+  ``{"ev": "error", "seq", "host", "reason"}`` (cannot set the congestion control,
+  cannot bind, bad config; the point is then dropped and the agent waits for the
+  next one).
+- ``{"op": "start", "seq", "t0"}``: the schedule runs from ``t0`` (CLOCK_MONOTONIC).
+  Without a start within the hosts' ``start_timeout`` seconds the point is dropped
+  (an ``error`` message says so).
+- While it runs: ``{"ev": "ended", "seq", "id", "status"}`` for every flow whose
+  spec has ``"notify": true``, as it ends; ``{"ev": "all-ended", "seq"}`` once every
+  flow ended when the point has a ``stop_after`` (it then runs on until that time).
+- The point **ends** when every flow ended (no ``stop_after``), at ``stop_after``, on
+  ``{"op": "stop", "seq"}``, on SIGTERM/SIGINT or when stdin closes (the controller is
+  gone; the agent then exits). Flows still open are recorded as incomplete, the
+  records are written (below) and the agent answers ``{"ev": "done", "seq", "reason",
+  "written", "flows", "flows_ended"}`` (reason: done | stop_after | stopped | signal |
+  eof; written: false for a point stopped before its start, which writes nothing, and
+  when writing failed: then ``error`` says why). A ``stop`` for a point that has
+  already ended is ignored.
+- An ``error`` message always means that the agent holds no point of that ``seq``
+  (any more).
+
+Closing stdin ends the agent (after ending a running point); so does SIGTERM.
 
 Wire protocol of one transfer (one TCP connection; handshake and teardown included):
 
@@ -27,14 +72,17 @@ RTT after the receiver got the last byte. The sink closes first, so TIME_WAIT so
 sit at the listener's side and senders never run out of ephemeral ports.
 
 Times are ``CLOCK_MONOTONIC`` seconds relative to ``t0`` (one clock for all network
-namespaces of a kernel) in *emulation* units. The controller (``TrafficRun``) writes
-``start.json`` holding ``t0`` once every agent reported ready.
+namespaces of a kernel) in *emulation* units.
 
-Files written in the config's ``out_dir`` (``<host>`` = the host name):
-``ready-<host>.json`` (listening), ``flows-<host>.jsonl`` (one record per own flow,
-appended and flushed as each flow ends, so a killed run keeps the finished ones),
-``sink-<host>.jsonl`` (one record per accepted connection), ``done-<host>`` (all own
-flows ended), ``stats-<host>.json`` (series and counters, at a clean stop).
+**Results are written once, when the point has ended**: the records are kept in
+memory during the measurement (a write to the guest's 9p-shared results folder
+blocks the agent on the host while the emulated network runs on, so flows would
+start late) and then written into the point's ``out_dir`` (``<host>`` = host name):
+``flows-<host>.jsonl`` (one record per own flow, in the order they ended),
+``sink-<host>.jsonl`` (one record per accepted connection) and ``stats-<host>.json``
+(series and counters; the CPU figures are the whole agent's for the point, all hosts
+together). A point whose agent dies or is killed leaves no records: it fails, and a
+resumed run runs it again.
 
 This module imports only the standard library (it starts fast in a slow guest).
 """
@@ -51,9 +99,11 @@ import socket
 import struct
 import sys
 import time
+import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
+from testbed import setns
 from testbed.traffic import tcpinfo
 
 HEADER = struct.Struct("!4sBBHQQI")
@@ -66,6 +116,10 @@ CONFIRM = struct.Struct("!Q")
 CHUNK = 256 * 1024
 #: at most this many send()/recv() calls for one socket per wake-up (fairness)
 MAX_CALLS_PER_EVENT = 8
+#: congestion control of a kept listener between points (built into every kernel)
+PARKED_CCA = b"reno"
+#: longest epoll wait while a point runs (s)
+MAX_WAIT_S = 0.25
 
 CONNECTING, SENDING, CONFIRMING = 0, 1, 2
 
@@ -73,17 +127,84 @@ EPOLLIN, EPOLLOUT = select.EPOLLIN, select.EPOLLOUT
 
 
 class AgentError(Exception):
-    """The agent cannot run as configured (exit 2 with the message on stderr)."""
+    """A point cannot run as configured; ``host`` names the host (None: the point)."""
+
+    def __init__(self, host: str | None, reason: str) -> None:
+        super().__init__(f"{host}: {reason}" if host else reason)
+        self.host, self.reason = host, reason
+
+
+class HostPoint:
+    """One host's part of the running point: configuration, counters and records."""
+
+    __slots__ = ("name", "cfg", "cca", "ns_fd", "grans", "bins", "w0", "w1", "window_bytes", "rx_bytes",
+                 "accepted", "flows", "ended", "max_lag", "flow_recs", "sink_recs")
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        self.name: str = str(cfg["host"])
+        self.cfg = cfg
+        self.cca: bytes = str(cfg["cca"]).encode()
+        self.ns_fd: int | None = None
+        self.grans: list[float] = [float(g) for g in cfg.get("granularities") or []]
+        if any(not g > 0 for g in self.grans):
+            raise ValueError(f"granularities must be > 0 s: {self.grans}")
+        self.bins: list[dict[int, int]] = [{} for _ in self.grans]
+        w = cfg.get("window")
+        self.w0, self.w1 = (float(w[0]), float(w[1])) if w else (0.0, -1.0)
+        self.window_bytes = 0
+        self.rx_bytes = 0
+        self.accepted = 0
+        self.flows = 0
+        self.ended = 0
+        self.max_lag = 0.0
+        self.flow_recs: list[dict[str, Any]] = []
+        self.sink_recs: list[dict[str, Any]] = []
+
+
+class Listener:
+    """A host's listening socket, kept across points."""
+
+    __slots__ = ("host", "key", "sock")
+
+    def __init__(self, host: str, key: tuple, sock: socket.socket) -> None:
+        self.host, self.key, self.sock = host, key, sock
+
+
+class Point:
+    """One ``TrafficRun``: its hosts, schedule and state."""
+
+    def __init__(self, seq: int, out: Path, hosts: dict[str, HostPoint],
+                 flows: list[tuple[dict[str, Any], HostPoint]], stop_after: float | None,
+                 start_timeout: float) -> None:
+        self.seq, self.out, self.hosts, self.flows = seq, out, hosts, flows
+        self.stop_after, self.start_timeout = stop_after, start_timeout
+        self.next_flow = 0
+        self.t0 = 0.0
+        self.started = False
+        self.stopping = False
+        self.all_ended_sent = False
+        self.ready_at = time.monotonic()
+        self.ru0 = resource.getrusage(resource.RUSAGE_SELF)
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def close_fds(self) -> None:
+        for h in self.hosts.values():
+            if h.ns_fd is not None:
+                os.close(h.ns_fd)
+                h.ns_fd = None
 
 
 class Sender:
     """One outgoing flow's state."""
 
-    __slots__ = ("spec", "sock", "state", "sched", "start", "connected", "end", "size", "sent", "hdr",
+    __slots__ = ("spec", "host", "sock", "state", "sched", "start", "connected", "end", "size", "sent", "hdr",
                  "hdr_off", "confirm", "deadline", "info")
 
-    def __init__(self, spec: dict[str, Any]) -> None:
+    def __init__(self, spec: dict[str, Any], host: HostPoint) -> None:
         self.spec = spec
+        self.host = host
         self.sock: socket.socket | None = None
         self.state = CONNECTING
         self.sched = spec["start"]
@@ -101,10 +222,12 @@ class Sender:
 class SinkConn:
     """One accepted connection's state."""
 
-    __slots__ = ("sock", "peer", "accepted", "first", "last", "hdr", "flow_id", "size", "got", "trace", "bins")
+    __slots__ = ("sock", "host", "peer", "accepted", "first", "last", "hdr", "flow_id", "size", "got", "trace",
+                 "bins")
 
-    def __init__(self, sock: socket.socket, peer: str, now: float) -> None:
+    def __init__(self, sock: socket.socket, host: HostPoint, peer: str, now: float) -> None:
         self.sock = sock
+        self.host = host
         self.peer = peer
         self.accepted = now
         self.first: float | None = None
@@ -118,64 +241,26 @@ class SinkConn:
 
 
 class Agent:
-    """The event loop; see the module docstring."""
+    """The event loop; see the module docstring. ``ctl_in``: fd of control messages;
+    ``ctl_out``: where answers go (unbuffered binary)."""
 
-    def __init__(self, cfg: dict[str, Any]) -> None:
-        self.cfg = cfg
-        self.host: str = cfg["host"]
-        self.out = Path(cfg["out_dir"])
-        self.cca = cfg["cca"].encode()
-        self.grans: list[float] = [float(g) for g in cfg.get("granularities", [])]
-        self.bins: list[dict[int, int]] = [{} for _ in self.grans]
-        w = cfg.get("window")
-        self.w0, self.w1 = (float(w[0]), float(w[1])) if w else (0.0, -1.0)
-        self.window_bytes = 0
-        self.rx_bytes = 0
-        self.stop_after: float | None = cfg.get("stop_after")
-        self.flows = sorted(cfg.get("flows", []), key=lambda f: (f["start"], f["id"]))
-        self.next_flow = 0
+    def __init__(self, ctl_in: int, ctl_out: BinaryIO) -> None:
+        self.ctl_in, self.ctl_out = ctl_in, ctl_out
+        self.inbuf = b""
+        self.eof = False
+        self.signalled = False
+        self.home = setns.open_own()
+        self.ep = select.epoll()
+        self.listeners: dict[str, Listener] = {}
+        self.by_lfd: dict[int, Listener] = {}
+        self.point: Point | None = None
         self.senders: dict[int, Sender] = {}
         self.conns: dict[int, SinkConn] = {}
         self.long: list[Sender] = []
-        self.ended = 0
-        self.done_written = False
-        self.max_lag = 0.0
-        self.accepted = 0
-        self.stopping = False
-        self.t0 = 0.0
         self.buf = bytearray(CHUNK)
         self.mv = memoryview(self.buf)
-        self.ep = select.epoll()
-        self.flows_f = open(self.out / f"flows-{self.host}.jsonl", "a")
-        self.sink_f = open(self.out / f"sink-{self.host}.jsonl", "a")
-
-    # -- set-up -------------------------------------------------------------------------
-    def check_cca(self) -> None:
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, self.cca)
-        except OSError as exc:
-            avail = _read("/proc/sys/net/ipv4/tcp_available_congestion_control")
-            raise AgentError(f"congestion control {self.cca.decode()!r} cannot be set ({exc.strerror}); "
-                             f"this kernel has: {avail or '?'} (load the module of the host's profile)") from exc
-        finally:
-            s.close()
-
-    def listen(self) -> None:
-        ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_NONBLOCK)
-        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        ls.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, self.cca)
-        if self.cfg.get("rcvbuf"):
-            ls.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, int(self.cfg["rcvbuf"]))
-        try:
-            ls.bind((self.cfg.get("listen_ip", "0.0.0.0"), int(self.cfg["listen_port"])))
-        except OSError as exc:
-            raise AgentError(f"cannot listen on port {self.cfg['listen_port']}: {exc.strerror}") from exc
-        ls.listen(int(self.cfg.get("backlog", 4096)))
-        self.lsock = ls
-        self.ep.register(ls.fileno(), EPOLLIN)
-
-    def install_signals(self) -> None:
+        os.set_blocking(ctl_in, False)
+        self.ep.register(ctl_in, EPOLLIN)
         r, w = socket.socketpair()
         r.setblocking(False)
         w.setblocking(False)
@@ -186,60 +271,251 @@ class Agent:
         self.ep.register(r.fileno(), EPOLLIN)
 
     def _on_signal(self, signum: int, frame: object) -> None:
-        self.stopping = True
+        self.signalled = True
 
-    def wait_start(self) -> None:
-        """Write the ready file, then wait (bounded) for the controller's start.json."""
-        _atomic_json(self.out / f"ready-{self.host}.json", {"pid": os.getpid(), "port": self.cfg["listen_port"]})
-        path = self.out / "start.json"
-        deadline = time.monotonic() + float(self.cfg.get("start_timeout", 120.0))
-        while not path.exists():
-            if self.stopping:
-                raise SystemExit(0)
-            if time.monotonic() > deadline:
-                raise AgentError(f"no {path} within {self.cfg.get('start_timeout', 120.0)} s")
-            time.sleep(0.005)
-        self.t0 = float(json.loads(path.read_text())["t0"])
+    # -- control channel ----------------------------------------------------------------
+    def send(self, msg: dict[str, Any]) -> None:
+        """One answer line to the controller; a controller that is gone ends the agent."""
+        view = memoryview(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
+        try:
+            while view:  # a signal may cut a pipe write short
+                view = view[self.ctl_out.write(view) or 0:]
+        except (BrokenPipeError, ValueError):
+            self.eof = True
 
-    # -- helpers ------------------------------------------------------------------------
-    def now(self) -> float:
-        return time.monotonic() - self.t0
+    def on_control(self) -> None:
+        while True:
+            try:
+                data = os.read(self.ctl_in, 1 << 20)
+            except BlockingIOError:
+                break
+            if not data:
+                self.eof = True
+                self.ep.unregister(self.ctl_in)
+                break
+            self.inbuf += data
+        *lines, self.inbuf = self.inbuf.split(b"\n")
+        for line in lines:
+            if line.strip():
+                self.on_message(line)
 
+    def on_message(self, line: bytes) -> None:
+        try:
+            msg = json.loads(line)
+            op, seq = msg["op"], int(msg["seq"])
+        except (ValueError, KeyError, TypeError) as exc:
+            self.send({"ev": "error", "seq": None, "host": None, "reason": f"bad control message ({exc}): "
+                       f"{line[:200]!r}"})
+            return
+        p = self.point
+        if op == "point":
+            self.setup(msg, seq)
+        elif op == "start":
+            if p is None or p.seq != seq:
+                self.send({"ev": "error", "seq": seq, "host": None, "reason": "start for no point awaiting it"})
+            elif not p.started:  # (a second start of a running point changes nothing)
+                try:
+                    p.t0 = float(msg["t0"])
+                except (KeyError, TypeError, ValueError) as exc:
+                    self.drop_point(f"bad start message ({exc!r})")
+                    return
+                p.started = True
+        elif op == "stop":
+            if p is not None and p.seq == seq:
+                self.end_point("stopped")
+        else:
+            self.send({"ev": "error", "seq": seq, "host": None, "reason": f"unknown op {op!r}"})
+
+    # -- set-up -------------------------------------------------------------------------
+    def setup(self, msg: dict[str, Any], seq: int) -> None:
+        """Open or reuse every host's listener for point ``seq``; answer ready or error."""
+        if self.point is not None:
+            self.send({"ev": "error", "seq": seq, "host": None,
+                       "reason": f"busy with point {self.point.seq} (one point at a time)"})
+            return
+        try:
+            p = self.make_point(msg, seq)
+        except AgentError as exc:
+            self.send({"ev": "error", "seq": seq, "host": exc.host, "reason": exc.reason})
+            return
+        try:
+            for h in p.hosts.values():
+                self.listen(h)
+        except AgentError as exc:
+            p.close_fds()
+            self.send({"ev": "error", "seq": seq, "host": exc.host, "reason": exc.reason})
+            return
+        for name in [n for n in self.listeners if n not in p.hosts]:
+            self.close_listener(name)
+        self.drain_backlogs()
+        self.point = p
+        self.send({"ev": "ready", "seq": seq, "pid": os.getpid()})
+
+    def make_point(self, msg: dict[str, Any], seq: int) -> Point:
+        """The point of a ``point`` message; raises AgentError on a bad config or a
+        namespace that cannot be opened (naming the host where there is one)."""
+        try:
+            out = Path(msg["out_dir"])
+            cfgs = list(msg["hosts"])
+        except (KeyError, TypeError) as exc:
+            raise AgentError(None, f"bad point config: {exc!r}") from None
+        if not out.is_dir():
+            raise AgentError(None, f"out_dir {out} is not a folder")
+        hosts: dict[str, HostPoint] = {}
+        flows: list[tuple[dict[str, Any], HostPoint]] = []
+        stops: set[float | None] = set()
+        start_timeout = 0.0
+        try:
+            for cfg in cfgs:
+                h = self.host_point(cfg, hosts)
+                flows.extend((f, h) for f in cfg.get("flows", []))
+                stop = cfg.get("stop_after")
+                stops.add(None if stop is None else float(stop))
+                start_timeout = max(start_timeout, float(cfg.get("start_timeout", 120.0)))
+            if len(stops) > 1:
+                raise AgentError(None, f"bad point config: the hosts' stop_after differ: {sorted(map(str, stops))}")
+        except AgentError:
+            Point(seq, out, hosts, [], None, 0.0).close_fds()
+            raise
+        except (TypeError, ValueError) as exc:
+            Point(seq, out, hosts, [], None, 0.0).close_fds()
+            raise AgentError(None, f"bad point config: {exc!r}") from None
+        flows.sort(key=lambda fh: (fh[0]["start"], fh[0]["id"]))
+        return Point(seq, out, hosts, flows, stops.pop() if stops else None, start_timeout)
+
+    def host_point(self, cfg: dict[str, Any], hosts: dict[str, HostPoint]) -> HostPoint:
+        """Check one host's config, open its namespace and add it to ``hosts``; raises
+        AgentError naming the host."""
+        name = cfg.get("host") if isinstance(cfg, dict) else None
+        try:
+            h = HostPoint(cfg)
+            for f in cfg.get("flows", []):
+                Sender(f, h)  # packs the header: id, size and window clamp in range
+                socket.inet_aton(f["dst_ip"])
+                if not isinstance(f["dst"], str) or not 0 < int(f["dst_port"]) < 65536 or not float(f["start"]) >= 0:
+                    raise ValueError(f"flow {f['id']}: dst, dst_port or start out of range")
+                h.flows += 1
+        except (KeyError, TypeError, ValueError, OSError, struct.error) as exc:
+            raise AgentError(name, f"bad config: {exc!r}") from None
+        if h.name in hosts:
+            raise AgentError(h.name, "bad config: host listed twice")
+        hosts[h.name] = h
+        if cfg.get("netns"):
+            try:
+                h.ns_fd = setns.open_named(str(cfg["netns"]))
+            except OSError as exc:
+                raise AgentError(h.name, f"network namespace {cfg['netns']}: {exc.strerror}") from None
+        return h
+
+    def new_socket(self, h: HostPoint) -> socket.socket:
+        """A non-blocking TCP socket in host ``h``'s namespace. Raises OSError (cannot
+        enter the namespace or create the socket; the thread is then still at home) and
+        setns.ReturnFailed (it cannot go back: fatal)."""
+        if h.ns_fd is None:
+            return socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_NONBLOCK)
+        with setns.switched(h.ns_fd, self.home):
+            return socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_NONBLOCK)
+
+    def set_cca(self, h: HostPoint, sock: socket.socket) -> None:
+        """The host's congestion control on ``sock``; raises AgentError naming it."""
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, h.cca)
+        except OSError as exc:
+            avail = _read("/proc/sys/net/ipv4/tcp_available_congestion_control")
+            raise AgentError(h.name, f"congestion control {h.cca.decode()!r} cannot be set ({exc.strerror}); "
+                             f"this kernel has: {avail or '?'} (load the module of the host's profile)") from None
+
+    def listen(self, h: HostPoint) -> None:
+        """Host ``h``'s listener: the kept one if address, port, rcvbuf and namespace
+        match, else a new one; then the host's congestion control is set on it (the
+        check that it can be set). Raises AgentError."""
+        cfg = h.cfg
+        try:
+            key = (cfg.get("netns"), str(cfg.get("listen_ip", "0.0.0.0")), int(cfg["listen_port"]),
+                   int(cfg["rcvbuf"]) if cfg.get("rcvbuf") else None)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise AgentError(h.name, f"bad config: {exc!r}") from None
+        kept = self.listeners.get(h.name)
+        if kept is not None and kept.key == key:
+            self.set_cca(h, kept.sock)
+            return
+        if kept is not None:
+            self.close_listener(h.name)
+        try:
+            ls = self.new_socket(h)
+        except OSError as exc:
+            raise AgentError(h.name, f"listener socket: {exc.strerror}") from None
+        try:
+            ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.set_cca(h, ls)
+            if key[3]:
+                ls.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, key[3])
+            try:
+                ls.bind((key[1], key[2]))
+            except OSError as exc:
+                raise AgentError(h.name, f"cannot listen on {key[1]} port {key[2]}: {exc.strerror}") from None
+            ls.listen(int(cfg.get("backlog", 4096)))
+        except BaseException:
+            ls.close()
+            raise
+        lst = Listener(h.name, key, ls)
+        self.listeners[h.name] = lst
+        self.by_lfd[ls.fileno()] = lst
+        self.ep.register(ls.fileno(), EPOLLIN)
+
+    def close_listener(self, name: str) -> None:
+        lst = self.listeners.pop(name)
+        self.by_lfd.pop(lst.sock.fileno(), None)
+        lst.sock.close()
+
+    def drain_backlogs(self) -> None:
+        """Accept and close connections waiting on any listener (leftovers of an ended
+        point, whose senders are closed)."""
+        for lst in self.listeners.values():
+            for _ in range(10000):
+                try:
+                    sock, _ = lst.sock.accept()
+                except OSError:
+                    break
+                sock.close()
+
+    # -- records ------------------------------------------------------------------------
     def write_flow(self, s: Sender, status: str, reason: str = "", confirmed: int | None = None) -> None:
-        sp = s.spec
-        rec = {"id": sp["id"], "src": self.host, "dst": sp["dst"], "size": s.size or None, "sent": s.sent,
-               "confirmed": confirmed, "cca": self.cca.decode(), "tag": sp.get("tag", ""), "sched_start": s.sched,
+        sp, h = s.spec, s.host
+        rec = {"id": sp["id"], "src": h.name, "dst": sp["dst"], "size": s.size or None, "sent": s.sent,
+               "confirmed": confirmed, "cca": h.cca.decode(), "tag": sp.get("tag", ""), "sched_start": s.sched,
                "start": s.start, "connected": s.connected, "end": s.end, "status": status, "reason": reason,
                "tcp_info": s.info}
-        self.flows_f.write(json.dumps(rec, separators=(",", ":")) + "\n")
-        self.flows_f.flush()
-        self.ended += 1
+        h.flow_recs.append(rec)
+        h.ended += 1
+        if sp.get("notify") and self.point is not None:
+            self.send({"ev": "ended", "seq": self.point.seq, "id": sp["id"], "status": status})
 
     def write_sink(self, c: SinkConn, status: str, reason: str = "") -> None:
-        rec = {"id": c.flow_id, "peer": c.peer, "dst": self.host, "size": c.size or None, "got": c.got,
+        h = c.host
+        rec = {"id": c.flow_id, "peer": c.peer, "dst": h.name, "size": c.size or None, "got": c.got,
                "accepted": c.accepted, "first": c.first, "last": c.last, "status": status, "reason": reason}
         if c.bins is not None:
-            rec["bins"] = {str(g): c.bins[i] for i, g in enumerate(self.grans)}
-        self.sink_f.write(json.dumps(rec, separators=(",", ":")) + "\n")
-        self.sink_f.flush()
+            rec["bins"] = {str(g): c.bins[i] for i, g in enumerate(h.grans)}
+        h.sink_recs.append(rec)
 
     # -- source side --------------------------------------------------------------------
-    def start_flow(self, spec: dict[str, Any], now: float) -> None:
-        s = Sender(spec)
-        self.max_lag = max(self.max_lag, now - s.sched)
+    def start_flow(self, spec: dict[str, Any], h: HostPoint, now: float) -> None:
+        s = Sender(spec, h)
+        h.max_lag = max(h.max_lag, now - s.sched)
         try:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_NONBLOCK)
+            sock = self.new_socket(h)
         except OSError as exc:
             s.start = now
             self.write_flow(s, "failed", f"socket: {exc.strerror}")
             return
         s.sock = sock
         try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, self.cca)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, h.cca)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if spec.get("sndbuf"):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, int(spec["sndbuf"]))
-            s.start = self.now()
+            s.start = self.point.now()
             err = sock.connect_ex((spec["dst_ip"], int(spec["dst_port"])))
         except OSError as exc:
             s.start = s.start if s.start is not None else now
@@ -264,12 +540,11 @@ class Agent:
             self.long.remove(s)
 
     def run_stopping(self) -> bool:
-        """True once the run is being stopped (stop time reached, or the controller wrote
-        stop.json before signalling the agents). A connection error from then on is
-        another agent shutting down, so the flow is incomplete, not failed."""
-        if self.stopping or (self.stop_after is not None and self.now() >= self.stop_after):
-            return True
-        return (self.out / "stop.json").exists()
+        """True once the point is being stopped (stop time reached, or stop asked). A
+        connection error from then on is the stop's doing, so the flow is incomplete,
+        not failed."""
+        p = self.point
+        return p is None or p.stopping or (p.stop_after is not None and p.now() >= p.stop_after)
 
     def fail(self, s: Sender, reason: str) -> None:
         if s.sock is not None and not s.info:
@@ -286,7 +561,7 @@ class Agent:
             if err:
                 self.fail(s, f"connect: {os.strerror(err)}")
                 return
-            s.connected = self.now()
+            s.connected = self.point.now()
             s.state = SENDING
         if s.state == SENDING:
             self.pump(s)
@@ -346,7 +621,7 @@ class Agent:
             if data:
                 s.confirm += data
                 if len(s.confirm) >= CONFIRM.size and s.end is None:
-                    s.end = self.now()
+                    s.end = self.point.now()
                     s.info = tcpinfo.read(s.sock)
                 continue
             # EOF from the receiver
@@ -375,18 +650,21 @@ class Agent:
         return nxt
 
     # -- sink side ----------------------------------------------------------------------
-    def on_listener(self) -> None:
-        now = self.now()
+    def on_listener(self, lst: Listener) -> None:
+        p = self.point
+        h = p.hosts.get(lst.host) if p is not None and p.started else None
+        now = p.now() if h is not None else 0.0
         for _ in range(64):
             try:
-                sock, addr = self.lsock.accept()
-            except BlockingIOError:
-                return
+                sock, addr = lst.sock.accept()
             except OSError:
                 return
+            if h is None:  # a leftover of an ended point: its sender is closed
+                sock.close()
+                continue
             sock.setblocking(False)
-            self.accepted += 1
-            self.conns[sock.fileno()] = SinkConn(sock, addr[0], now)
+            h.accepted += 1
+            self.conns[sock.fileno()] = SinkConn(sock, h, addr[0], now)
             self.ep.register(sock.fileno(), EPOLLIN)
 
     def on_conn(self, c: SinkConn) -> None:
@@ -399,7 +677,7 @@ class Agent:
             except OSError as exc:
                 self.close_conn(c, "failed", f"recv: {exc.strerror}")
                 return
-            now = self.now()
+            now = self.point.now()
             if n == 0:
                 if c.flow_id is None:
                     self.close_conn(c, "failed", f"sender closed after {len(c.hdr)} header bytes")
@@ -433,7 +711,7 @@ class Agent:
             return False
         c.flow_id, c.size, c.trace = flow_id, size, bool(flags & FLAG_TRACE)
         if c.trace:
-            c.bins = [{} for _ in self.grans]
+            c.bins = [{} for _ in c.host.grans]
         if clamp:
             try:
                 c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_WINDOW_CLAMP, clamp)
@@ -443,15 +721,16 @@ class Agent:
         return True
 
     def account(self, c: SinkConn, p: int, now: float) -> None:
+        h = c.host
         c.got += p
         if c.first is None:
             c.first = now
         c.last = now
-        self.rx_bytes += p
-        if self.w0 <= now < self.w1:
-            self.window_bytes += p
-        for i, g in enumerate(self.grans):
-            b = self.bins[i]
+        h.rx_bytes += p
+        if h.w0 <= now < h.w1:
+            h.window_bytes += p
+        for i, g in enumerate(h.grans):
+            b = h.bins[i]
             idx = int(now / g) if now >= 0 else -1
             b[idx] = b.get(idx, 0) + p
             if c.bins is not None:
@@ -474,31 +753,50 @@ class Agent:
         self.write_sink(c, status, reason)
 
     # -- main loop ----------------------------------------------------------------------
-    def all_ended(self) -> bool:
-        return self.next_flow >= len(self.flows) and not self.senders
+    def step(self) -> float | None:
+        """Advance the point: start due flows, end long flows, end the point when it is
+        over. Returns how long epoll may wait (s; None: until an event)."""
+        p = self.point
+        if p is None:
+            return None
+        if not p.started:
+            left = p.start_timeout - (time.monotonic() - p.ready_at)
+            if left <= 0:
+                self.drop_point(f"no start within {p.start_timeout:g} s of ready")
+                return None
+            return left
+        now = p.now()
+        flows = p.flows
+        while p.next_flow < len(flows) and flows[p.next_flow][0]["start"] <= now:
+            spec, h = flows[p.next_flow]
+            p.next_flow += 1
+            self.start_flow(spec, h, now)
+        next_long = self.end_long_flows(now) if self.long else None
+        if not p.all_ended_sent and p.next_flow >= len(flows) and not self.senders:
+            p.all_ended_sent = True
+            if p.stop_after is None:
+                self.end_point("done")
+                return None
+            self.send({"ev": "all-ended", "seq": p.seq})
+        if p.stop_after is not None and now >= p.stop_after:
+            self.end_point("stop_after")
+            return None
+        timeout = MAX_WAIT_S
+        if p.next_flow < len(flows):
+            timeout = min(timeout, flows[p.next_flow][0]["start"] - now)
+        if next_long is not None:
+            timeout = min(timeout, next_long - now)
+        if p.stop_after is not None:
+            timeout = min(timeout, p.stop_after - now)
+        return max(timeout, 0.0)
 
-    def run(self) -> None:
-        flows, lfd, wfd = self.flows, self.lsock.fileno(), self.wake_r.fileno()
-        senders, conns = self.senders, self.conns
-        while not self.stopping:
-            now = self.now()
-            while self.next_flow < len(flows) and flows[self.next_flow]["start"] <= now:
-                self.start_flow(flows[self.next_flow], now)
-                self.next_flow += 1
-            next_long = self.end_long_flows(now) if self.long else None
-            if not self.done_written and self.all_ended():
-                (self.out / f"done-{self.host}").write_text(f"{self.ended}\n")
-                self.done_written = True
-            if self.stop_after is not None and now >= self.stop_after:
-                break
-            timeout = 0.25
-            if self.next_flow < len(flows):
-                timeout = min(timeout, flows[self.next_flow]["start"] - now)
-            if next_long is not None:
-                timeout = min(timeout, next_long - now)
-            if self.stop_after is not None:
-                timeout = min(timeout, self.stop_after - now)
-            for fd, ev in self.ep.poll(max(timeout, 0.0)):
+    def serve(self) -> None:
+        """Serve points until stdin closes or a signal arrives."""
+        senders, conns, by_lfd = self.senders, self.conns, self.by_lfd
+        ctl, wfd = self.ctl_in, self.wake_r.fileno()
+        while not (self.eof or self.signalled):
+            timeout = self.step()
+            for fd, ev in self.ep.poll(-1 if timeout is None else timeout):
                 s = senders.get(fd)
                 if s is not None:
                     self.on_sender(s, ev)
@@ -506,34 +804,90 @@ class Agent:
                 c = conns.get(fd)
                 if c is not None:
                     self.on_conn(c)
-                elif fd == lfd:
-                    self.on_listener()
+                    continue
+                lst = by_lfd.get(fd)
+                if lst is not None:
+                    self.on_listener(lst)
+                elif fd == ctl:
+                    self.on_control()
                 elif fd == wfd:
                     try:
                         self.wake_r.recv(64)
                     except BlockingIOError:
                         pass
+        if self.point is not None:
+            self.end_point("signal" if self.signalled else "eof")
 
-    def finish(self) -> None:
-        """Record what is still open as incomplete and write the counters."""
-        for s in list(self.senders.values()):
-            s.info = tcpinfo.read(s.sock)
-            self.close_sender(s)
-            self.write_flow(s, "incomplete", "running when the run stopped")
-        for spec in self.flows[self.next_flow:]:
-            self.write_flow(Sender(spec), "incomplete", "not started when the run stopped")
-        for c in list(self.conns.values()):
-            self.close_conn(c, "incomplete", "open when the run stopped")
+    def drop_point(self, reason: str) -> None:
+        """Forget a point that never started (nothing is written) and say why."""
+        p = self.point
+        self.point = None
+        p.close_fds()
+        self.park_listeners()
+        self.send({"ev": "error", "seq": p.seq, "host": None, "reason": reason})
+
+    def end_point(self, reason: str) -> None:
+        """Record what is still open as incomplete, write the point's files, forget the
+        point and answer ``done``."""
+        p = self.point
+        p.stopping = True
+        written = False
+        error = None
+        if p.started:
+            for s in list(self.senders.values()):
+                s.info = tcpinfo.read(s.sock)
+                self.close_sender(s)
+                self.write_flow(s, "incomplete", "running when the run stopped")
+            for spec, h in p.flows[p.next_flow:]:
+                self.write_flow(Sender(spec, h), "incomplete", "not started when the run stopped")
+            p.next_flow = len(p.flows)
+            for c in list(self.conns.values()):
+                self.close_conn(c, "incomplete", "open when the run stopped")
+            try:
+                self.write_files(p)
+                written = True
+            except OSError as exc:
+                error = f"writing the results into {p.out}: {exc}"
+        self.long.clear()
+        self.drain_backlogs()
+        self.park_listeners()
+        p.close_fds()
+        self.point = None
+        msg = {"ev": "done", "seq": p.seq, "reason": reason, "written": written, "flows": len(p.flows),
+               "flows_ended": sum(h.ended for h in p.hosts.values())}
+        if error:
+            msg["error"] = error
+        self.send(msg)
+
+    def park_listeners(self) -> None:
+        """Kept listeners hold no congestion-control module between points."""
+        for lst in self.listeners.values():
+            try:
+                lst.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, PARKED_CCA)
+            except OSError:
+                pass
+
+    def write_files(self, p: Point) -> None:
+        """flows-, sink- and stats-<host> files of every host; raises OSError."""
         ru = resource.getrusage(resource.RUSAGE_SELF)
-        _atomic_json(self.out / f"stats-{self.host}.json", {
-            "host": self.host, "t0": self.t0, "stopped_at": self.now(), "granularities": self.grans,
-            "bins": {str(g): {str(k): v for k, v in sorted(self.bins[i].items())} for i, g in enumerate(self.grans)},
-            "window": [self.w0, self.w1] if self.w1 > self.w0 else None, "window_bytes": self.window_bytes,
-            "rx_bytes": self.rx_bytes, "accepted": self.accepted, "flows": len(self.flows),
-            "flows_ended": self.ended, "max_start_lag": self.max_lag,
-            "cpu_user_s": ru.ru_utime, "cpu_sys_s": ru.ru_stime, "max_rss_kib": ru.ru_maxrss})
-        self.flows_f.close()
-        self.sink_f.close()
+        stopped_at = p.now()
+        for h in p.hosts.values():
+            (p.out / f"flows-{h.name}.jsonl").write_text(_jsonl(h.flow_recs))
+            (p.out / f"sink-{h.name}.jsonl").write_text(_jsonl(h.sink_recs))
+            _atomic_json(p.out / f"stats-{h.name}.json", {
+                "host": h.name, "t0": p.t0, "stopped_at": stopped_at, "granularities": h.grans,
+                "bins": {str(g): {str(k): v for k, v in sorted(h.bins[i].items())} for i, g in enumerate(h.grans)},
+                "window": [h.w0, h.w1] if h.w1 > h.w0 else None, "window_bytes": h.window_bytes,
+                "rx_bytes": h.rx_bytes, "accepted": h.accepted, "flows": h.flows,
+                "flows_ended": h.ended, "max_start_lag": h.max_lag,
+                "cpu_user_s": ru.ru_utime - p.ru0.ru_utime, "cpu_sys_s": ru.ru_stime - p.ru0.ru_stime,
+                "max_rss_kib": ru.ru_maxrss,
+                "cpu_of": f"the agent process (pid {os.getpid()}) serving all {len(p.hosts)} hosts of the point, "
+                          "from its set-up to its end; the same figures in every host's stats"})
+
+
+def _jsonl(records: list[dict[str, Any]]) -> str:
+    return "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
 
 
 def _read(path: str) -> str:
@@ -550,24 +904,27 @@ def _atomic_json(path: Path, obj: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Serve control messages on stdin (see the module docstring); exit 0 when stdin
+    closes or on SIGTERM, 2 on wrong use, 1 on an internal error (traceback on
+    stderr)."""
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m testbed.traffic.agent CONFIG.json", file=sys.stderr)
+    if args:
+        print("usage: python -m testbed.traffic.agent  (control messages on stdin, answers on stdout; "
+              "see its module docstring)", file=sys.stderr)
+        return 2
+    # answers go to a private copy of stdout; anything printed by mistake goes to stderr
+    ctl_out = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)
+    try:
+        agent = Agent(0, ctl_out)
+    except PermissionError:  # epoll refuses regular files and /dev/null
+        print("traffic agent: stdin must be a pipe or socket (control messages)", file=sys.stderr)
         return 2
     try:
-        cfg = json.loads(Path(args[0]).read_text())
-        agent = Agent(cfg)
-        agent.install_signals()
-        agent.check_cca()
-        agent.listen()
-        agent.wait_start()
-    except (AgentError, OSError, KeyError, ValueError) as exc:
-        print(f"traffic agent: {exc}", file=sys.stderr)
-        return 2
-    try:
-        agent.run()
-    finally:
-        agent.finish()
+        agent.serve()
+    except Exception:  # a bug: say so on stderr (the controller reports its tail)
+        traceback.print_exc()
+        return 1
     return 0
 
 

@@ -1,4 +1,4 @@
-"""``TrafficRun``: run a schedule on an emulated network, one agent per host.
+"""``TrafficRun``: run a schedule on an emulated network, one agent for all hosts.
 
     sched = poisson_schedule(["h1", "h2", "h3"], rate_per_s=50, duration_s=3,
                              sizes=BimodalLognormal(0.8, 10e6, 0.5, 1e9, 0.5), seed=7)
@@ -10,36 +10,47 @@
     res.throughput_bps, res.flows, res.series(0.1)
 
 Inputs are in *paper units* (schedule times, window, granularities, duration); the
-agents get emulation units (times x D) and write raw records in emulation units; the
-result converts back (see :mod:`testbed.traffic.records`). Each agent is started with
-``Host.popen`` (so it is in the run's ledger and `testbed clean` stops it), readiness
-is awaited with a timeout, and on exit the agents are stopped with SIGTERM (they then
-record open flows as incomplete and write their series), also on exceptions.
+agent gets emulation units (times x D) and writes raw records in emulation units; the
+result converts back (see :mod:`testbed.traffic.records`).
+
+One agent process serves every host (:mod:`testbed.traffic.agent`): the emulation's
+own, started on first use and kept for the emulation's life, so consecutive runs on
+one emulation (the points of a kept fabric) share it (``Emulation.traffic_agent``:
+recorded in the run's ledger, stopped at teardown, and by `testbed clean` after a
+SIGKILL). Loopback hosts (no emulation) get an agent of the run's own. The run talks
+to it over its stdin/stdout (:mod:`testbed.traffic.control`): the point's
+configuration, ``ready`` (awaited with a timeout), the start time t0, and ``done``
+once the agent has ended the point and written its files. On exit (also on
+exceptions) a point still running is stopped: the agent records open flows as
+incomplete and writes the files. The agent keeps a point's records in memory and
+writes them once, at its end: a point whose agent dies has no records (it fails, and
+a resumed run runs it again).
 """
 
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
+import logging
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from testbed.dilation import TimeDilation
-from testbed.errors import DefinitionError, TestbedError
+from testbed.errors import DefinitionError
 from testbed.results import write_csv
+from testbed.traffic.control import AgentProcess, TrafficError
 from testbed.traffic.records import FlowRecord, load_flows, merge_bins, read_jsonl, series_from_bins
 from testbed.traffic.schedule import Schedule
+from testbed import hostclock
+
+log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 5300
 
-
-class TrafficError(TestbedError):
-    """A traffic agent failed to start, died, or did not finish in time."""
+__all__ = ["DEFAULT_PORT", "TrafficError", "TrafficResult", "TrafficRun", "Window"]
 
 
 @dataclass(frozen=True)
@@ -113,9 +124,10 @@ class TrafficResult:
                 return series_from_bins(r["bins"][key], float(key), self.tdf)
         raise DefinitionError("flow_id", flow_id, "the id of a traced flow (FlowSpec.trace=True) that connected")
 
-    def cpu_s(self) -> dict[str, float]:
-        """CPU seconds (user + system) each agent used."""
-        return {h: s["cpu_user_s"] + s["cpu_sys_s"] for h, s in self.stats.items()}
+    def agent_cpu_s(self) -> float:
+        """CPU seconds (user + system) the agent used for the point, all hosts together
+        (every host's stats hold the same figures: one process serves them all)."""
+        return max((s["cpu_user_s"] + s["cpu_sys_s"] for s in self.stats.values()), default=0.0)
 
     def counts(self) -> dict[str, int]:
         out = {k: 0 for k in ("complete", "incomplete", "failed")}
@@ -132,23 +144,28 @@ class TrafficResult:
 
 
 class TrafficRun:
-    """Context manager running ``schedule`` with one agent per host; see module doc.
+    """Context manager running ``schedule`` on one agent serving all hosts; see module doc.
 
-    emu: the ``Emulation`` (its ledger records the agents; None for
-    :class:`~testbed.traffic.local.LoopbackHost` hosts). hosts: the ``Host`` objects
+    emu: the ``Emulation`` (its agent serves the run; None for
+    :class:`~testbed.traffic.local.LoopbackHost` hosts, which get an agent of the run's
+    own, recorded in a host's ``ledger`` if it has one). hosts: the ``Host`` objects
     taking part (every schedule host must be among them; hosts without flows still run
     a sink). cca_of_host: kernel congestion-control name for all hosts, or per host name.
-    duration_s: the agents stop by themselves this long after t0 (paper s; None: run
-    until every flow ended, see :meth:`wait`). window / granularities_s: measurement
+    duration_s: the agent stops the point by itself this long after t0 (paper s; None:
+    when every flow ended, see :meth:`wait`). window / granularities_s: measurement
     window and series granularities (paper s). rcvbuf_of_host: ``SO_RCVBUF`` of a
-    host's listener (bytes). start_delay_s: wall time between the start signal and t0.
+    host's listener (bytes). ready_timeout_s: bound on the agent's start-up and set-up
+    (s). start_delay_s: time between the start message and t0 (s). notify_tags: flows
+    with these tags are reported as they end (:meth:`ended_flows`; E3's broker releases
+    a reservation then). python: the agent's interpreter (an emulation's agent keeps
+    the one it was started with).
     """
 
     def __init__(self, emu: Any, hosts: Sequence[Any], schedule: Schedule, cca_of_host: str | Mapping[str, str],
                  out_dir: Path, tdf: TimeDilation = TimeDilation(1.0), *, window: Window | None = None,
                  granularities_s: Sequence[float] = (), duration_s: float | None = None,
                  rcvbuf_of_host: Mapping[str, int] | None = None, port: int = DEFAULT_PORT,
-                 ready_timeout_s: float = 60.0, start_delay_s: float = 0.2,
+                 ready_timeout_s: float = 60.0, start_delay_s: float = 0.2, notify_tags: Collection[str] = (),
                  python: str = sys.executable) -> None:
         self.emu, self.schedule, self.tdf = emu, schedule, tdf
         self.hosts = {h.name: h for h in hosts}
@@ -157,6 +174,7 @@ class TrafficRun:
         self.duration_s, self.port = duration_s, port
         self.ready_timeout_s, self.start_delay_s, self.python = ready_timeout_s, start_delay_s, python
         self.rcvbuf_of_host = dict(rcvbuf_of_host or {})
+        self.notify_tags = frozenset(notify_tags)
         missing = sorted(schedule.hosts() - set(self.hosts))
         if missing:
             raise DefinitionError("schedule hosts", missing, f"hosts of the emulation taking part: {sorted(self.hosts)}")
@@ -175,22 +193,39 @@ class TrafficRun:
         if window and duration_s is not None and window.end_s > duration_s + 1e-12:
             raise DefinitionError("window", f"{window.warmup_s}+{window.length_s} s",
                                   f"a window ending by duration_s = {duration_s} s")
-        self.procs: dict[str, subprocess.Popen] = {}
-        self.logs: dict[str, Any] = {}
+        #: the agent serving this run (set by start(); kept after stop() for its pid)
+        self.agent: AgentProcess | None = None
+        self._own_agent = False
+        self._holding = False
+        self._open = False  # the agent holds this run's point (sent, not yet done or refused)
+        self.seq: int | None = None
         self.t0: float | None = None
         self.result: TrafficResult | None = None
+        #: ids of flows with a tag in notify_tags that have ended
+        self.ended: set[int] = set()
+        self._all_ended = False
+        #: the agent's ``done`` message once the point has ended
+        self.finished: dict[str, Any] | None = None
+        self._stderr0 = 0
 
     # -- configuration -----------------------------------------------------------------
     def agent_config(self, name: str) -> dict[str, Any]:
-        """The agent's configuration for host ``name``, in emulation units."""
+        """Host ``name``'s part of the point's configuration, in emulation units."""
         D = self.tdf
-        flows = [{"id": f.id, "dst": f.dst, "dst_ip": self.hosts[f.dst].ip, "dst_port": self.port,
-                  "size": f.size_bytes or 0, "start": D.time_to_emulation(f.start_s),
-                  "duration": D.time_to_emulation(f.duration_s) if f.duration_s else None,
-                  "sndbuf": f.sndbuf_bytes, "window_clamp": f.window_clamp_bytes, "trace": f.trace, "tag": f.tag}
-                 for f in self.schedule.flows if f.src == name]
+        flows = []
+        for f in self.schedule.flows:
+            if f.src != name:
+                continue
+            spec = {"id": f.id, "dst": f.dst, "dst_ip": self.hosts[f.dst].ip, "dst_port": self.port,
+                    "size": f.size_bytes or 0, "start": D.time_to_emulation(f.start_s),
+                    "duration": D.time_to_emulation(f.duration_s) if f.duration_s else None,
+                    "sndbuf": f.sndbuf_bytes, "window_clamp": f.window_clamp_bytes, "trace": f.trace, "tag": f.tag}
+            if f.tag in self.notify_tags:
+                spec["notify"] = True
+            flows.append(spec)
         w = self.window
-        return {"host": name, "listen_ip": self.hosts[name].ip, "listen_port": self.port, "cca": self.cca[name],
+        return {"host": name, "netns": getattr(self.hosts[name], "netns", None), "listen_ip": self.hosts[name].ip,
+                "listen_port": self.port, "cca": self.cca[name],
                 "rcvbuf": self.rcvbuf_of_host.get(name), "out_dir": str(self.out_dir.resolve()),
                 "granularities": [D.time_to_emulation(g) for g in self.granularities_s],
                 "window": [D.time_to_emulation(w.warmup_s), D.time_to_emulation(w.end_s)] if w else None,
@@ -202,109 +237,167 @@ class TrafficRun:
         try:
             self.start()
         except BaseException:
-            self.stop()
+            self._stop_quietly()
             raise
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if exc_type is None:
+            self.stop()
+        else:
+            self._stop_quietly()
+
+    def _stop_quietly(self) -> None:
+        """stop() while another exception is on its way (that one is the news)."""
+        try:
+            self.stop()
+        except TrafficError as exc:
+            log.warning("stopping the traffic run in %s: %s", self.out_dir, exc)
+
+    def _agent(self) -> AgentProcess:
+        """The emulation's agent, or one of this run's own (loopback hosts)."""
+        if self.emu is not None and hasattr(self.emu, "traffic_agent"):
+            return self.emu.traffic_agent(self.python)
+        ledger = getattr(self.emu, "ledger", None) or next(
+            (h.ledger for h in self.hosts.values() if getattr(h, "ledger", None) is not None), None)
+        self._own_agent = True
+        return AgentProcess.start(ledger, self.python)
 
     def start(self) -> None:
-        """Write configs, start the agents, wait until all listen, then set t0."""
+        """Send the point to the agent, wait until it listens for every host, then send
+        t0. Raises TrafficError (agent refused the point, naming host and reason; not
+        ready in time; died) and OSError (out_dir not writable)."""
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        if (self.out_dir / "start.json").exists():
-            raise TrafficError(f"{self.out_dir} already holds a traffic run (start.json); use a fresh folder")
+        if (self.out_dir / "agent.json").exists():
+            raise TrafficError(f"{self.out_dir} already holds a traffic run (agent.json); use a fresh folder")
         (self.out_dir / "schedule.json").write_text(self.schedule.to_json())
         (self.out_dir / "meta.json").write_text(json.dumps({
             "tdf": self.tdf.factor, "window": vars(self.window) if self.window else None,
             "granularities_s": self.granularities_s, "duration_s": self.duration_s, "cca": self.cca,
             "port": self.port, "schedule_meta": self.schedule.meta, "units": "raw files: emulation seconds "
             "since t0; flows.csv/series: paper units (t / D, rate x D)"}, indent=1))
-        for name, host in self.hosts.items():
-            cfg_path = self.out_dir / f"agent-{name}.json"
-            cfg_path.write_text(json.dumps(self.agent_config(name)))
-            log = open(self.out_dir / f"agent-{name}.log", "wb")
-            self.logs[name] = log
-            self.procs[name] = host.popen([self.python, "-m", "testbed.traffic.agent", str(cfg_path.resolve())],
-                                          stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + self.ready_timeout_s
-        waiting = set(self.hosts)
-        while waiting:
-            for name in list(waiting):
-                if (self.out_dir / f"ready-{name}.json").exists():
-                    waiting.discard(name)
-                elif self.procs[name].poll() is not None:
-                    raise TrafficError(f"traffic agent on {name} exited {self.procs[name].returncode} before "
-                                       f"listening: {self.log_tail(name)}")
-            if waiting and time.monotonic() > deadline:
-                raise TrafficError(f"traffic agents on {sorted(waiting)} not ready within {self.ready_timeout_s:g} s")
-            time.sleep(0.02)
+        deadline = hostclock.Deadline(self.ready_timeout_s)
+        agent = self.agent = self._agent()
+        if agent.busy:
+            raise TrafficError(f"the traffic agent (pid {agent.pid}) serves another TrafficRun; one at a time")
+        agent.busy = self._holding = True
+        self.seq = agent.next_seq()
+        msg = {"op": "point", "seq": self.seq, "out_dir": str(self.out_dir.resolve()),
+               "hosts": [self.agent_config(n) for n in self.hosts]}
+        (self.out_dir / "agent.json").write_text(json.dumps(msg))
+        self._stderr0 = agent.stderr_size()
+        self._open = True
+        agent.send(msg, timeout_s=self.ready_timeout_s)
+        if self._await("ready", deadline) is None:
+            raise TrafficError(f"the traffic agent (pid {agent.pid}) was not ready within "
+                               f"{self.ready_timeout_s:g} s; {agent.stderr_tail()}")
         self.t0 = time.monotonic() + self.start_delay_s
-        tmp = self.out_dir / "start.json.tmp"
-        tmp.write_text(json.dumps({"t0": self.t0}))
-        tmp.replace(self.out_dir / "start.json")
+        agent.send({"op": "start", "seq": self.seq, "t0": self.t0})
 
-    def log_tail(self, name: str, n: int = 600) -> str:
-        try:
-            return (self.out_dir / f"agent-{name}.log").read_text(errors="replace")[-n:].strip()
-        except OSError:
-            return "(no log)"
+    def _await(self, event: str | None, deadline: hostclock.Deadline | None) -> dict[str, Any] | None:
+        """Read the agent's messages about this point until one of kind ``event`` (any
+        kind: None), which is returned, or the deadline (None; with no deadline: until
+        no message is waiting). Raises TrafficError for an error (naming host and
+        reason) or a dead agent."""
+        assert self.agent is not None
+        while True:
+            msg = self.agent.receive(deadline)
+            if msg is None:
+                return None
+            if msg.get("seq") not in (self.seq, None):
+                continue  # a late answer about an earlier point
+            ev = msg.get("ev")
+            if ev == "ended":
+                self.ended.add(int(msg["id"]))
+            elif ev == "all-ended":
+                self._all_ended = True
+            elif ev == "done":
+                self.finished, self._open = msg, False
+                if msg.get("error"):
+                    raise TrafficError(f"traffic agent (pid {self.agent.pid}): {msg['error']}")
+            elif ev == "error":
+                self._open = False  # the agent holds no point of this seq
+                where = f"host {msg['host']}: " if msg.get("host") else ""
+                raise TrafficError(f"traffic agent (pid {self.agent.pid}): {where}{msg.get('reason')}")
+            if event is None or ev == event:
+                return msg
 
     def done(self) -> bool:
-        """True when every agent's own flows have ended."""
-        return all((self.out_dir / f"done-{n}").exists() for n in self.hosts)
+        """True once every flow has ended (reads what the agent has said, without
+        waiting). Raises TrafficError when the agent reported an error or died."""
+        if self._open:
+            self._await("done", None)
+        return self._all_ended or self.finished is not None
+
+    def poll(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` seconds for news from the agent (a flow of
+        ``notify_tags`` ended, every flow ended); returns :meth:`done`."""
+        if self._open:
+            self._await(None, hostclock.Deadline(timeout_s))
+        return self.done()
+
+    def ended_flows(self) -> set[int]:
+        """Ids of the flows tagged with one of ``notify_tags`` that have ended so far."""
+        self.done()
+        return set(self.ended)
 
     def wait(self, timeout_s: float | None = None) -> None:
-        """Wait until every flow ended or (with ``duration_s``) the agents stopped.
+        """Wait until the agent has ended the point: every flow ended or (with
+        ``duration_s``) the duration passed; its files are then written.
 
-        ``timeout_s`` bounds the wait in wall seconds (default: the dilated duration +
-        30 s, or 3600 s without a duration). Raises TrafficError on timeout or when an
-        agent died."""
+        ``timeout_s`` bounds the wait in seconds (default: the dilated duration +
+        30 s, or 3600 s without a duration). Raises TrafficError on timeout or when the
+        agent reported an error or died."""
         if self.t0 is None:
             raise TrafficError("wait() before start()")
+        if self.finished is not None:
+            return
         stop_emu = self.tdf.time_to_emulation(self.duration_s) if self.duration_s else None
         if timeout_s is None:
             timeout_s = stop_emu + 30.0 if stop_emu is not None else 3600.0
-        deadline = time.monotonic() + timeout_s
-        while True:
-            exited = {n: p.poll() for n, p in self.procs.items()}
-            bad = {n: rc for n, rc in exited.items() if rc not in (None, 0)}
-            if bad:
-                n = next(iter(bad))
-                raise TrafficError(f"traffic agent on {n} died (exit {bad[n]}): {self.log_tail(n)}")
-            if stop_emu is not None and all(rc == 0 for rc in exited.values()):
-                return
-            if stop_emu is None and self.done():
-                return
-            if time.monotonic() > deadline:
-                raise TrafficError(f"traffic did not finish within {timeout_s:g} s (flows still running; "
-                                   f"see {self.out_dir})")
-            time.sleep(0.05)
+        if self._await("done", hostclock.Deadline(timeout_s)) is None:
+            raise TrafficError(f"traffic did not finish within {timeout_s:g} s (flows still running; "
+                               f"see {self.out_dir})")
 
-    def stop(self, grace_s: float = 10.0) -> None:
-        """SIGTERM every agent, wait, SIGKILL after ``grace_s``; then read the results.
-
-        ``stop.json`` is written first: agents then count a connection reset by a peer
-        that is shutting down as an incomplete flow, not a failed one."""
-        if self.procs and self.out_dir.is_dir():
-            (self.out_dir / "stop.json").write_text(json.dumps({"at": time.monotonic()}))
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        for name, p in self.procs.items():
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=5)
-            seq = getattr(p, "ledger_seq", None)
-            ledger = getattr(self.emu, "ledger", None) or getattr(self.hosts[name], "ledger", None)
-            if seq is not None and ledger is not None and not ledger.entries[seq].gone:
-                ledger.mark_gone(seq)
-        for log in self.logs.values():
-            log.close()
-        if self.procs and self.t0 is not None:
+    def stop(self, grace_s: float = 30.0) -> None:
+        """End the point if it still runs (the agent records open flows as incomplete
+        and writes the files; killed when it has not answered within ``grace_s``
+        seconds), then read the results. The agent stays up for the emulation's next
+        run (a run's own agent is ended). Raises TrafficError when the agent died or
+        hung (``result`` is then None: nothing was written)."""
+        agent = self.agent
+        if agent is None or not self._holding:
+            return
+        error: TrafficError | None = None
+        try:
+            if self._open:
+                try:
+                    agent.send({"op": "stop", "seq": self.seq})
+                    if self._await("done", hostclock.Deadline(grace_s)) is None:
+                        agent.kill()
+                        error = TrafficError(f"the traffic agent (pid {agent.pid}) did not end the point within "
+                                             f"{grace_s:g} s of the stop; killed")
+                except TrafficError as exc:
+                    error = exc
+                self._open = False
+        finally:
+            self._holding = agent.busy = False
+            self._save_log()
+            if self._own_agent:
+                agent.close()
+        if self.t0 is not None and self.finished is not None and self.finished.get("written"):
             self.result = TrafficResult(self.out_dir, list(self.hosts), self.tdf, self.window,
                                         self.granularities_s)
-        self.procs = {}
+        if error is not None:
+            raise error
+
+    def _save_log(self) -> None:
+        """What the agent wrote to stderr during this run, as ``agent.log`` (only when
+        there is something)."""
+        assert self.agent is not None
+        try:
+            text = self.agent.stderr_since(self._stderr0)
+            if text:
+                (self.out_dir / "agent.log").write_bytes(text)
+        except (OSError, ValueError) as exc:
+            log.warning("could not save the traffic agent's log in %s: %s", self.out_dir, exc)

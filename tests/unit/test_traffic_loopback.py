@@ -1,14 +1,16 @@
-"""The traffic agents over loopback (no root): the wire protocol, exact byte counts,
-long-lived flows, measurement windows and clear start-up errors."""
+"""The traffic agent over loopback (no root): the wire protocol, exact byte counts,
+long-lived flows, measurement windows, clear start-up errors, and one agent serving
+several points (runs) one after the other."""
 
 import os
 import random
-import time
+import signal
 
 import pytest
 
-from testbed.traffic import (Fixed, LoopbackHost, Schedule, TrafficError, TrafficRun, Window, batch, long_lived,
-                             poisson_schedule)
+from testbed.traffic import (Fixed, LoopbackHost, LoopbackNet, Schedule, TrafficError, TrafficRun, Window, batch,
+                             long_lived, poisson_schedule)
+from testbed.traffic.records import read_jsonl
 
 
 def hosts(n=3):
@@ -76,21 +78,154 @@ def test_run_stop_marks_running_flows_incomplete(tmp_path):
 
 def test_unknown_congestion_control_fails_clearly(tmp_path):
     hs = hosts(2)
-    with pytest.raises(TrafficError, match="no_such_cc"):
+    with pytest.raises(TrafficError, match=r"host h1: congestion control 'no_such_cc' cannot be set"):
         with TrafficRun(None, hs, batch([("h1", "h2", 10)]), "no_such_cc", tmp_path, port=port()):
             pass
 
 
+class WrongPort(TrafficRun):
+    """Flows go to a port nobody listens on."""
+
+    def agent_config(self, name):
+        cfg = super().agent_config(name)
+        for f in cfg["flows"]:
+            f["dst_port"] = self.port + 1
+        return cfg
+
+
 def test_refused_connection_is_a_failed_record(tmp_path):
     hs = hosts(2)
-    run = TrafficRun(None, hs, batch([("h1", "h2", 10)], at_s=0.5), "cubic", tmp_path, port=port())
-    with run:
-        # h2's agent dies before the flow starts, so h1's connect() is refused
-        run.procs["h2"].kill()
-        run.procs["h2"].wait()
-        deadline = time.monotonic() + 20
-        while not (tmp_path / "done-h1").exists():
-            assert time.monotonic() < deadline, "h1 never ended its flow"
-            time.sleep(0.02)
+    with WrongPort(None, hs, batch([("h1", "h2", 10)], at_s=0.1), "cubic", tmp_path, port=port()) as run:
+        run.wait(timeout_s=20)
     (f,) = run.result.flows
     assert f.status == "failed" and "refused" in f.reason
+
+
+def test_one_agent_serves_consecutive_points(tmp_path):
+    """The same process runs three points; each point's files hold its own flows only;
+    a refused point (bad congestion control) leaves it serving the next one."""
+    hs = hosts(3)
+    p = port()
+    with LoopbackNet(hs) as net:
+        first = Schedule.merge(batch([("h1", "h2", 30_000, "first")] * 5, at_s=0.0),
+                               batch([("h2", "h3", 70_000, "first")], at_s=0.1))
+        with TrafficRun(net, hs, first, "reno", tmp_path / "a", port=p) as run1:
+            run1.wait(timeout_s=30)
+        pid = run1.agent.pid
+        assert run1.agent.alive()  # kept for the next point
+        with pytest.raises(TrafficError, match=r"host h\d: congestion control 'no_such_cc'"):
+            with TrafficRun(net, hs, first, "no_such_cc", tmp_path / "refused", port=p):
+                pass
+        second = batch([("h3", "h1", 12_345, "second"), ("h1", "h3", 54_321, "second")], at_s=0.05)
+        with TrafficRun(net, hs, second, "cubic", tmp_path / "b", port=p, granularities_s=(0.1,)) as run2:
+            run2.wait(timeout_s=30)
+        assert run2.agent.pid == pid and run2.agent.alive()
+    assert not run2.agent.alive()  # LoopbackNet ended it
+    res1, res2 = run1.result, run2.result
+    assert res1.counts() == {"complete": 6, "incomplete": 0, "failed": 0}
+    assert res2.counts() == {"complete": 2, "incomplete": 0, "failed": 0}
+    assert {f.tag for f in res2.flows} == {"second"} and {f.cca for f in res2.flows} == {"cubic"}
+    assert sorted(f.sink_bytes for f in res2.flows) == [12_345, 54_321]
+    sinks = [r for h in ("h1", "h2", "h3") for r in read_jsonl(tmp_path / "b" / f"sink-{h}.jsonl")]
+    assert sorted(r["got"] for r in sinks) == [12_345, 54_321]  # no connection of the first point
+    assert sum(s["flows"] for s in res2.stats.values()) == 2
+    assert sum(r["bytes"] for r in res2.series(0.1)) == 12_345 + 54_321
+    assert all(s["cpu_user_s"] + s["cpu_sys_s"] == res2.agent_cpu_s() for s in res2.stats.values())
+
+
+def test_notified_flows_and_stop_before_the_end(tmp_path):
+    """Flows with a notify tag are reported as they end (E3's broker); a run stopped
+    while a flow still runs records it as incomplete, and all files are written at
+    the stop."""
+    hs = hosts(2)
+    sched = Schedule.merge(batch([("h1", "h2", 20_000, "elephant")], at_s=0.0), long_lived([("h2", "h1")]))
+    with TrafficRun(None, hs, sched, "cubic", tmp_path, port=port(), notify_tags=("elephant",)) as run:
+        elephant = next(f.id for f in sched.flows if f.tag == "elephant")
+        for _ in range(400):
+            if run.poll(0.05) or run.ended_flows():
+                break
+        assert run.ended_flows() == {elephant}
+        assert not run.done()  # the long-lived flow still runs
+        assert not (tmp_path / "flows-h1.jsonl").exists()  # nothing written during the point
+    st = {f.tag: f for f in run.result.flows}
+    assert st["elephant"].status == "complete"
+    assert st["long"].status == "incomplete" and st["long"].sink_bytes > 0
+
+
+def test_killed_agent_fails_the_point_and_is_replaced(tmp_path):
+    hs = hosts(2)
+    with LoopbackNet(hs) as net:
+        run = TrafficRun(net, hs, long_lived([("h1", "h2")]), "cubic", tmp_path / "a", port=port())
+        with pytest.raises(TrafficError, match=r"killed \(signal 9\)"):
+            with run:
+                os.kill(run.agent.pid, signal.SIGKILL)
+                run.wait(timeout_s=20)
+        assert run.result is None and not list((tmp_path / "a").glob("flows-*"))  # nothing of the point
+        with TrafficRun(net, hs, batch([("h1", "h2", 1000)]), "cubic", tmp_path / "b", port=port()) as run2:
+            run2.wait(timeout_s=20)
+        assert run2.agent.pid != run.agent.pid
+    assert run2.result.counts()["complete"] == 1
+
+
+def test_agent_ends_the_point_and_exits_when_its_controller_goes(tmp_path):
+    """stdin closing (the controller died) ends a running point, whose files are then
+    written, and the agent."""
+    hs = hosts(2)
+    with LoopbackNet(hs) as net:
+        run = TrafficRun(net, hs, long_lived([("h1", "h2")]), "cubic", tmp_path, port=port())
+        with run:
+            run.poll(0.3)
+            run.agent.proc.stdin.close()
+            run.wait(timeout_s=20)
+            assert run.finished["reason"] == "eof" and run.finished["written"]
+            assert run.agent.proc.wait(timeout=20) == 0
+    (f,) = run.result.flows
+    assert f.status == "incomplete" and f.sink_bytes > 0
+
+
+def test_agent_protocol_errors_name_the_host_and_leave_it_serving(tmp_path):
+    """Bad messages and configs, and a port in use, come back as errors (naming the
+    host where there is one); the agent then still serves a valid point."""
+    import json
+    import socket
+
+    from testbed.hostclock import Deadline
+    from testbed.traffic.control import AgentProcess
+
+    hs = hosts(2)
+    agent = AgentProcess.start(None)
+
+    def ask(msg):
+        if isinstance(msg, dict):
+            agent.send(msg)
+        else:
+            agent.proc.stdin.write(msg)
+            agent.proc.stdin.flush()
+        reply = agent.receive(Deadline(20))
+        assert reply is not None, (msg, agent.stderr_tail())
+        return reply
+
+    try:
+        assert ask(b"not json\n")["ev"] == "error"
+        assert "start for no point" in ask({"op": "start", "seq": 7, "t0": 0.0})["reason"]
+        run = TrafficRun(None, hs, batch([("h1", "h2", 1000)]), "reno", tmp_path, port=port())
+        cfgs = [run.agent_config(h.name) for h in hs]
+        bad = json.loads(json.dumps(cfgs))
+        del bad[1]["cca"]
+        r = ask({"op": "point", "seq": 1, "out_dir": str(tmp_path), "hosts": bad})
+        assert (r["ev"], r["host"]) == ("error", "h2") and "cca" in r["reason"]
+        busy = socket.socket()
+        busy.bind((hs[0].ip, run.port))  # not listening, no SO_REUSEADDR: bind() must fail
+        r = ask({"op": "point", "seq": 2, "out_dir": str(tmp_path), "hosts": cfgs})
+        assert (r["ev"], r["host"]) == ("error", "h1") and "cannot listen" in r["reason"], r
+        busy.close()
+        assert ask({"op": "point", "seq": 3, "out_dir": str(tmp_path), "hosts": cfgs})["ev"] == "ready"
+        agent.send({"op": "start", "seq": 3, "t0": 0.0})
+        r = agent.receive(Deadline(20))
+        assert (r["ev"], r["seq"], r["reason"], r["written"], r["flows_ended"]) == ("done", 3, "done", True, 1)
+        assert agent.alive()
+    finally:
+        agent.close()
+    assert not agent.alive() and agent.proc.returncode == 0
+    (rec,) = read_jsonl(tmp_path / "flows-h1.jsonl")
+    assert rec["status"] == "complete" and rec["confirmed"] == 1000
