@@ -298,7 +298,7 @@ def cmd_list(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace, argv: list[str]) -> int:
-    from testbed import definition, doctor, features
+    from testbed import definition, doctor, features, vm
     from testbed.runner import run_features
     from testbed.vm import GuestConfig
 
@@ -312,7 +312,9 @@ def cmd_doctor(args: argparse.Namespace, argv: list[str]) -> int:
             exps.append((path.stem, run_features(definition.load(str(path)))))
         except TestbedError as exc:
             print(f"warning: {path.name}: {exc}", file=sys.stderr)
-    print(doctor.render_doctor(probes, kvm, features.tool_versions(), exps))
+    use_kvm = kvm.ok if kvm is not None else cfg.kvm == "on"
+    clock = vm.clock_choice(cfg, use_kvm, from_env="TESTBED_GUEST_CLOCK" in os.environ)
+    print(doctor.render_doctor(probes, kvm, features.tool_versions(), exps, guest_clock=clock))
     return 0
 
 

@@ -68,11 +68,13 @@ def placement(needed: set[str], probes: Mapping[str, Probe], kvm: Probe | None,
 
 def render_doctor(probes: Mapping[str, Probe], kvm: Probe | None, versions: Mapping[str, str],
                   experiments: list[tuple[str, set[str]]], *,
-                  distro_kernel: Path | None | _Auto = AUTO) -> str:
+                  distro_kernel: Path | None | _Auto = AUTO,
+                  guest_clock: tuple[str, str] | None = None) -> str:
     """The doctor report as plain text.
 
     ``distro_kernel`` is the guest kernel image (None: there is none); by default it is
-    looked up with :func:`testbed.features.distro_kernel`.
+    looked up with :func:`testbed.features.distro_kernel`. ``guest_clock`` is (label,
+    why) from :func:`testbed.vm.clock_choice`.
     """
     if isinstance(distro_kernel, _Auto):
         from testbed.features import distro_kernel as find_kernel
@@ -93,6 +95,8 @@ def render_doctor(probes: Mapping[str, Probe], kvm: Probe | None, versions: Mapp
     else:
         lines += _table(("probe", "ok", "why"), [(kvm.name, _ok(kvm.ok), kvm.detail)])
     lines.append(f"guest kernel: {kernel if kernel is not None else 'none found'}")
+    if guest_clock is not None:
+        lines.append(f"guest clock: {guest_clock[0]} ({guest_clock[1]})")
 
     lines += ["", "Tool versions"]
     lines += _table(("tool", "version"), ((t, v) for t, v in versions.items()))

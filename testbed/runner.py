@@ -130,11 +130,15 @@ class PointContext:
     @contextlib.contextmanager
     def instruments(self, emu: Any, *, count_ports: bool = True) -> Iterator[None]:
         """While the block runs: capture the links named with --pcap, and count packets
-        and bytes on every host port with the ``portstat`` BPF program (ports.csv)."""
+        and bytes on every host port with the ``portstat`` BPF program (ports.csv).
+        The block's cost goes to machine.json: wall (host) seconds, emulation seconds,
+        and the share of emulation time the kernel's CPUs were busy (a loaded CPU
+        releases packets late)."""
         from testbed import bpf
         from testbed.capture import Capture
 
         caps = []
+        cpu0, guest0, host0 = cpu_times(), time.monotonic(), hostclock.host_seconds()
         pin_dir = bpf.PIN_ROOT / f"{self.token}-{self.point.id}"
         ports: dict[tuple[int, int], tuple[str, str]] = {}
         try:
@@ -152,6 +156,7 @@ class PointContext:
         finally:
             for c in reversed(caps):
                 c.stop()
+        self._record_machine(cpu0, guest0, host0)
         self._record_optical(emu)
         if ports:
             rows = [{"node": ports[(c["node"], c["port"])][0], "intf": ports[(c["node"], c["port"])][1],
@@ -159,6 +164,18 @@ class PointContext:
                     for c in bpf.read_port_counters(pin_dir) if (c["node"], c["port"]) in ports]
             self.write_csv("ports.csv", sorted(rows, key=lambda r: (r["node"], r["intf"], r["direction"])))
 
+
+    def _record_machine(self, cpu0: tuple[float, float], guest0: float, host0: float) -> None:
+        busy0, total0 = cpu0
+        busy1, total1 = cpu_times()
+        write_json(self.dir / "machine.json", {
+            "clock": hostclock.guest_clock(), "cpus": os.cpu_count(),
+            "wall_s": hostclock.host_seconds() - host0,
+            "wall_resolution_s": 1.0 if hostclock.virtual() else 1e-6,
+            "emulation_s": time.monotonic() - guest0,
+            "cpu_busy_fraction": (busy1 - busy0) / (total1 - total0) if total1 > total0 else None,
+            "note": "the instrumented block of the point (traffic and counters); emulation_s is "
+                    "this kernel's clock (x 1/D = paper time); cpu_busy_fraction from /proc/stat"})
 
     def _record_optical(self, emu: Any) -> None:
         """Optical fabric of ``emu`` (if any): per-port switch counters into
@@ -179,6 +196,14 @@ class PointContext:
                         self.point.id, mon["p99_ns"] / 1e3, 100 * mon["p99_ns"] / tau, tau / 1e3)
             self.progress(f"warning: p99 lateness {mon['p99_ns'] / 1e3:.3g} us is not small against "
                           f"tau {tau / 1e3:.3g} us; raise --tdf")
+
+
+def cpu_times() -> tuple[float, float]:
+    """(busy, total) jiffies of all CPUs since boot, from /proc/stat (idle and iowait
+    are not busy)."""
+    fields = [float(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    total = sum(fields[:8])  # user nice system idle iowait irq softirq steal (guest time is in user)
+    return total - fields[3] - fields[4], total
 
 
 def run_features(defn: Definition) -> set[str]:

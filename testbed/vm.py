@@ -110,6 +110,23 @@ def vng_command(argv: list[str], cfg: GuestConfig, rw_dirs: list[Path], use_kvm:
     return vng
 
 
+def clock_choice(cfg: GuestConfig, use_kvm: bool, from_env: bool) -> tuple[str, str]:
+    """(label, why): what will drive the guest's clock, for `testbed doctor`.
+    ``from_env``: TESTBED_GUEST_CLOCK was set (else the default was used)."""
+    label = clock_label(cfg, use_kvm)
+    if cfg.clock == "icount" and use_kvm:
+        return label, "KVM runs the guest at host speed; instruction counting needs software emulation"
+    if cfg.clock == "realtime":
+        why = ("set by TESTBED_GUEST_CLOCK" if from_env else "default with KVM") + \
+            ": timers fire on host time, late by whatever the host scheduler does"
+        return label, why
+    why = "set by TESTBED_GUEST_CLOCK" if from_env else "default under software emulation"
+    why += (f", {cfg.cpus} vCPU: the guest clock counts executed instructions (1 ns x 2^{cfg.icount.shift} each)"
+            + (", idle time is skipped" if not cfg.icount.sleep else ", idle time passes at host speed")
+            + "; timers fire on time in guest time whatever the host's load (docs/guest-clock.md)")
+    return label, why
+
+
 def clock_label(cfg: GuestConfig, use_kvm: bool) -> str:
     """What drives the guest clock, as recorded in manifests: ``realtime``,
     ``icount:shift=N,sleep=on|off`` (TCG only; KVM guests always run in real time)."""

@@ -95,3 +95,10 @@ def test_report_shows_feature_reasons_kvm_and_versions() -> None:
 def test_kvm_not_probed() -> None:
     report = render_doctor(probes(), None, VERSIONS, [], distro_kernel=KERNEL)
     assert "not probed" in report
+
+
+def test_guest_clock_line_names_clock_and_reason() -> None:
+    report = render_doctor(probes(), NO_KVM, VERSIONS, [], distro_kernel=KERNEL,
+                           guest_clock=("icount:shift=0,sleep=off", "default under software emulation"))
+    assert "guest clock: icount:shift=0,sleep=off (default under software emulation)" in report
+    assert "guest clock" not in render_doctor(probes(), NO_KVM, VERSIONS, [], distro_kernel=KERNEL)

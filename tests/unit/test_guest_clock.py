@@ -1,0 +1,125 @@
+"""The guest clock option (testbed.vm) and timeouts that hold on both clocks
+(testbed.hostclock), without booting anything."""
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed import hostclock, vm
+from testbed.errors import UsageError
+
+KERNEL = Path("/boot/vmlinuz-test")
+
+
+def test_icount_options_parse_and_render():
+    assert vm.IcountOptions.parse("") == vm.IcountOptions()
+    opts = vm.IcountOptions.parse("shift=3, sleep=on")
+    assert (opts.shift, opts.sleep) == (3, True)
+    assert opts.qemu() == "shift=3,sleep=on"
+
+
+@pytest.mark.parametrize("text, names", [("shift=11", "shift='11'"), ("shift=-1", "shift='-1'"),
+                                         ("sleep=maybe", "sleep='maybe'"), ("align=on", "'align=on'"),
+                                         ("shift", "'shift'")])
+def test_bad_icount_options_name_key_value_and_range(text, names):
+    with pytest.raises(UsageError) as exc:
+        vm.IcountOptions.parse(text)
+    assert names in str(exc.value) and "TESTBED_GUEST_ICOUNT" in str(exc.value)
+    assert exc.value.exit_code == 2
+
+
+def test_bad_clock_name_is_a_usage_error(monkeypatch):
+    monkeypatch.setenv("TESTBED_GUEST_CLOCK", "virtual")
+    with pytest.raises(UsageError, match="TESTBED_GUEST_CLOCK='virtual'.*realtime or icount"):
+        vm.GuestConfig.from_env()
+
+
+def test_icount_defaults_to_one_vcpu_unless_told(monkeypatch):
+    monkeypatch.delenv("TESTBED_GUEST_CPUS", raising=False)
+    monkeypatch.setenv("TESTBED_GUEST_CLOCK", "icount")
+    assert vm.GuestConfig.from_env().cpus == 1
+    monkeypatch.setenv("TESTBED_GUEST_CPUS", "2")
+    assert vm.GuestConfig.from_env().cpus == 2
+
+
+def test_qemu_gets_icount_only_under_software_emulation():
+    cfg = vm.GuestConfig(cpus=1, kernel=KERNEL, clock="icount", icount=vm.IcountOptions(0, False))
+    tcg = vm.vng_command(["true"], cfg, [], use_kvm=False)
+    assert tcg[tcg.index("--qemu-opts") + 1] == "-icount shift=0,sleep=off"
+    assert "TESTBED_GUEST_CLOCK=icount:shift=0,sleep=off" in tcg[-1]
+    kvm = vm.vng_command(["true"], cfg, [], use_kvm=True)
+    assert "--qemu-opts" not in kvm and "TESTBED_GUEST_CLOCK=realtime" in kvm[-1]
+    rt = vm.vng_command(["true"], vm.GuestConfig(kernel=KERNEL, clock="realtime"), [], use_kvm=False)
+    assert "--qemu-opts" not in rt and "TESTBED_GUEST_CLOCK=realtime" in rt[-1]
+
+
+def test_clock_choice_says_why():
+    cfg = vm.GuestConfig(clock="icount", icount=vm.IcountOptions(0, False))
+    label, why = vm.clock_choice(cfg, use_kvm=False, from_env=False)
+    assert label == "icount:shift=0,sleep=off" and "idle time is skipped" in why
+    label, why = vm.clock_choice(cfg, use_kvm=True, from_env=False)
+    assert label == "realtime" and "KVM" in why
+    label, why = vm.clock_choice(vm.GuestConfig(clock="realtime"), use_kvm=False, from_env=True)
+    assert label == "realtime" and "TESTBED_GUEST_CLOCK" in why
+
+
+def test_clock_is_realtime_outside_the_guest(monkeypatch):
+    monkeypatch.delenv("TESTBED_IN_GUEST", raising=False)
+    monkeypatch.setenv("TESTBED_GUEST_CLOCK", "icount:shift=0,sleep=off")
+    assert hostclock.guest_clock() == "realtime" and not hostclock.virtual()
+    monkeypatch.setenv("TESTBED_IN_GUEST", "1")
+    assert hostclock.virtual()
+
+
+class FakeHost:
+    """A host clock the test moves by hand (the RTC of an instruction-counted guest)."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_deadline_waits_for_the_host_clock_when_guest_time_races(monkeypatch):
+    host = FakeHost()
+    monkeypatch.setattr(hostclock, "virtual", lambda: True)
+    monkeypatch.setattr(hostclock, "host_seconds", host)
+    d = hostclock.Deadline(0.05)
+    time.sleep(0.08)             # the guest's clock passed the timeout ...
+    assert not d.expired()       # ... but the host's did not: keep waiting
+    host.t += 0.9
+    assert not d.expired()       # whole-second RTC: one second more than asked
+    host.t += 0.2
+    assert d.expired()
+
+
+def test_deadline_waits_for_the_guest_clock_when_it_is_slow(monkeypatch):
+    host = FakeHost()
+    monkeypatch.setattr(hostclock, "virtual", lambda: True)
+    monkeypatch.setattr(hostclock, "host_seconds", host)
+    d = hostclock.Deadline(5.0)
+    host.t += 60                 # the host moved on, the busy guest's clock did not
+    assert not d.expired() and d.guest_remaining() > 4
+
+
+def test_run_times_out_on_both_clocks_and_kills(monkeypatch):
+    host = FakeHost()
+    monkeypatch.setattr(hostclock, "virtual", lambda: True)
+    monkeypatch.setattr(hostclock, "host_seconds", host)
+    t0 = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):
+        # the host clock jumps 10 s per look: the 0.3 s timeout must still wait 0.3 s of guest time
+        monkeypatch.setattr(hostclock, "host_seconds", lambda: host.__setattr__("t", host.t + 10) or host.t)
+        hostclock.run([sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.3)
+    assert 0.3 <= time.monotonic() - t0 < 10
+
+
+def test_run_returns_output_and_feeds_input(monkeypatch):
+    monkeypatch.setattr(hostclock, "virtual", lambda: True)
+    cp = hostclock.run([sys.executable, "-c", "import sys; print(sys.stdin.read().upper())"], timeout=30,
+                       input="abc")
+    assert (cp.returncode, cp.stdout.strip()) == (0, "ABC")
