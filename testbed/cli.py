@@ -37,8 +37,10 @@ commands and examples:
              testbed trace cwnd --port 5201
              testbed trace cwnd --host ot1a2b-h1 --csv results/trace.csv
 
-environment: TESTBED_GUEST_CPUS, TESTBED_GUEST_MEMORY (e.g. 3G), TESTBED_GUEST_KVM
-(auto|on|off), TESTBED_GUEST_KERNEL, TESTBED_STATE_DIR (ledgers; /var/lib/optical-tcp-testbed).
+environment: TESTBED_GUEST_CLOCK (icount|realtime; default icount under software emulation),
+TESTBED_GUEST_ICOUNT (shift=0..10,sleep=on|off; default shift=0,sleep=off), TESTBED_GUEST_CPUS,
+TESTBED_GUEST_MEMORY (e.g. 3G), TESTBED_GUEST_KVM (auto|on|off), TESTBED_GUEST_KERNEL,
+TESTBED_STATE_DIR (ledgers; /var/lib/optical-tcp-testbed). Guest clock: docs/guest-clock.md.
 exit codes: 0 ok, 1 failure, 2 invalid definition or usage (nothing was created), 130 interrupted.
 """
 
@@ -107,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("guest", help="run a command in the full-kernel guest",
                        description="Boot the distro kernel under virtme-ng and run COMMAND with "
                        "the repository shared read-write. Example: testbed guest -- uname -r")
-    g.add_argument("--cpus", type=int, help="vCPUs (default TESTBED_GUEST_CPUS or 2)")
+    g.add_argument("--cpus", type=int, help="vCPUs (default TESTBED_GUEST_CPUS, else 1 under --clock icount, else up to 4)")
     g.add_argument("--memory", help="memory, e.g. 3G (default TESTBED_GUEST_MEMORY or 3G)")
     g.add_argument("--kvm", choices=("auto", "on", "off"), help="hardware acceleration")
     g.add_argument("--clock", choices=("realtime", "icount"),

@@ -36,7 +36,7 @@ class IcountOptions:
     instruction; with ``sleep`` False an idle guest jumps to its next timer at once."""
 
     shift: int = 0
-    sleep: bool = True
+    sleep: bool = False
 
     @classmethod
     def parse(cls, text: str) -> "IcountOptions":
@@ -67,11 +67,11 @@ class GuestConfig:
     """Guest size, acceleration and clock; from TESTBED_GUEST_{CPUS,MEMORY,KVM,CLOCK,ICOUNT}
     by default."""
 
-    cpus: int = 2
+    cpus: int | None = None  # None: 1 under icount (see vcpus), else the host's CPUs up to 4
     memory: str = "3G"
     kvm: str = "auto"  # auto (probe once per boot) | on | off
     kernel: Path | None = None
-    clock: str = "realtime"  # realtime | icount (see docs/guest-clock.md)
+    clock: str = "icount"  # icount | realtime (see docs/guest-clock.md); KVM guests: realtime
     icount: IcountOptions = IcountOptions()
 
     @classmethod
@@ -82,11 +82,22 @@ class GuestConfig:
         clock = e.get("TESTBED_GUEST_CLOCK", cls.clock)
         if clock not in CLOCKS:
             raise UsageError(f"TESTBED_GUEST_CLOCK={clock!r}: accepted {' or '.join(CLOCKS)}")
-        default_cpus = 1 if clock == "icount" else min(os.cpu_count() or 2, 4)
-        return cls(cpus=int(e.get("TESTBED_GUEST_CPUS", default_cpus)),
+        return cls(cpus=int(e["TESTBED_GUEST_CPUS"]) if e.get("TESTBED_GUEST_CPUS") else None,
                    memory=e.get("TESTBED_GUEST_MEMORY", "3G"), kvm=e.get("TESTBED_GUEST_KVM", "auto"),
                    kernel=Path(e["TESTBED_GUEST_KERNEL"]) if e.get("TESTBED_GUEST_KERNEL") else None,
                    clock=clock, icount=IcountOptions.parse(e.get("TESTBED_GUEST_ICOUNT", "")))
+
+
+def vcpus(cfg: GuestConfig, use_kvm: bool) -> int:
+    """The guest's vCPU count: as configured, else one under instruction counting (QEMU
+    then runs every vCPU in one host thread, round-robin: a second vCPU adds no speed,
+    and a vCPU spinning on a lock starves the other; docs/guest-clock.md), else the
+    host's CPUs up to 4."""
+    if cfg.cpus:
+        return cfg.cpus
+    if clock_label(cfg, use_kvm).startswith("icount"):
+        return 1
+    return min(os.cpu_count() or 2, 4)
 
 
 def vng_command(argv: list[str], cfg: GuestConfig, rw_dirs: list[Path], use_kvm: bool) -> list[str]:
@@ -101,7 +112,7 @@ def vng_command(argv: list[str], cfg: GuestConfig, rw_dirs: list[Path], use_kvm:
     guest_cmd = shlex.join(["env", f"OT_GUEST_CWD={os.getcwd()}", f"OT_RW_DIRS={':'.join(dirs)}",
                             f"TESTBED_GUEST_ACCEL={'kvm' if use_kvm else 'tcg'}",
                             f"TESTBED_GUEST_CLOCK={clock_label(cfg, use_kvm)}", str(INIT), *argv])
-    vng = [str(Path(sys.executable).parent / "vng"), "--run", str(kernel), "--cpus", str(cfg.cpus),
+    vng = [str(Path(sys.executable).parent / "vng"), "--run", str(kernel), "--cpus", str(vcpus(cfg, use_kvm)),
            "--memory", cfg.memory, *[f"--rwdir={d}" for d in dirs], "--exec", guest_cmd]
     if not use_kvm:
         vng.insert(1, "--disable-kvm")
@@ -121,7 +132,7 @@ def clock_choice(cfg: GuestConfig, use_kvm: bool, from_env: bool) -> tuple[str, 
             ": timers fire on host time, late by whatever the host scheduler does"
         return label, why
     why = "set by TESTBED_GUEST_CLOCK" if from_env else "default under software emulation"
-    why += (f", {cfg.cpus} vCPU: the guest clock counts executed instructions (1 ns x 2^{cfg.icount.shift} each)"
+    why += (f", {vcpus(cfg, use_kvm)} vCPU: the guest clock counts executed instructions (1 ns x 2^{cfg.icount.shift} each)"
             + (", idle time is skipped" if not cfg.icount.sleep else ", idle time passes at host speed")
             + "; timers fire on time in guest time whatever the host's load (docs/guest-clock.md)")
     return label, why

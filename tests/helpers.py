@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed import cmd, ovs
+from testbed import cmd, hostclock, ovs
 from testbed.bpf import PIN_ROOT
 from testbed.ledger import Ledger, ledger_dir, link_exists, netns_exists
 from testbed.traffic.records import read_jsonl
@@ -44,8 +44,9 @@ def require_features(*names: str) -> None:
 
 
 def run_testbed(*args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess[str]:
-    p = subprocess.run([sys.executable, "-m", "testbed", *args], capture_output=True, text=True,
-                       timeout=timeout, cwd=REPO)
+    # the timeout holds on the host's clock too (an instruction-counted guest's clock races
+    # while it waits for the host: testbed.hostclock)
+    p = hostclock.run([sys.executable, "-m", "testbed", *args], timeout=timeout, cwd=REPO)
     if check and p.returncode != 0:
         raise AssertionError(f"testbed {' '.join(args)} exited {p.returncode}:\n{p.stdout}\n{p.stderr}")
     return p
@@ -76,10 +77,10 @@ def killed_run_then_clean(tmp_path: Path, datapath: str, extra_sets: list[str]) 
              "--set", f"datapath={datapath}", "--set", "switch=ovs", *extra_sets],
             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         path = ledger_dir() / f"{run_id}-{proc.pid}.jsonl"
-        deadline = time.monotonic() + 300
+        deadline = hostclock.Deadline(300)
         records: list[dict] = []
         # Wait (bounded) until the run holds every kind of object: then kill it.
-        while time.monotonic() < deadline:
+        while not deadline.expired():
             records = read_jsonl(path)
             kinds = {r.get("kind") for r in records if r.get("type") == "add"}
             iperf_running = any(r.get("type") == "update" and "pid" in r for r in records) and \
@@ -92,7 +93,7 @@ def killed_run_then_clean(tmp_path: Path, datapath: str, extra_sets: list[str]) 
             pytest.fail(f"the run did not create all object kinds in time; ledger: {records}")
         time.sleep(1.0)
         proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
+        hostclock.wait(proc, 10)
         records = read_jsonl(path)
         adds = [r for r in records if r.get("type") == "add"]
         netns = [r["name"] for r in adds if r["kind"] == "netns"]

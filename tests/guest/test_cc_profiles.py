@@ -44,6 +44,7 @@ from pathlib import Path
 import pytest
 
 from helpers import REPO, require_features, require_root, run_testbed
+from testbed import hostclock
 from testbed.cc import modules
 from testbed.cc.selection import CcaSelection, Choice, applied
 from testbed.cc.trace import CwndTracer, Sample, netns_inode, per_socket, write_csv
@@ -201,7 +202,7 @@ def test_saw_and_sawl(tracer, ledger):
                 sender_before = nstat(h1, "TcpExtTCPDSACKRecv", "TcpRetransSegs")
                 t0 = now_s()
                 client = transfer(h1, h2, port, seconds)
-                client.wait(timeout=seconds + 120)
+                hostclock.wait(client, seconds + 120)
                 time.sleep(0.5)
                 after = nstat(h2, "TcpExtDelayedACKs", "TcpInSegs", "TcpOutSegs")
                 sender_after = nstat(h1, "TcpExtTCPDSACKRecv", "TcpRetransSegs")
@@ -291,10 +292,10 @@ def test_msack_and_sack_side_by_side(tracer, ledger):
             # (Killing a transfer early leaves an orphan mSACK socket draining a large
             # window, which starves the SACK transfer below.)
             for seconds in MS_TRANSFERS_S:
-                transfer(h1, h2, 5211, seconds).wait(timeout=240)
+                hostclock.wait(transfer(h1, h2, 5211, seconds), 240)
                 if len(all_rto_halvings(tracer.samples, 5211, t0)) >= 3:
                     break
-            transfer(h2, h1, 5212, 12).wait(timeout=200)   # SACK sends h2 -> h1
+            hostclock.wait(transfer(h2, h1, 5212, 12), 200)   # SACK sends h2 -> h1
     syn_rtos = sorted(s.t_s for s in list(tracer.samples) if s.dst == "10.0.0.99" and s.event == "rto")
     assert syn_rtos, "no RTO of the unanswered SYN was traced"
     first_syn_rto = syn_rtos[0] - t_connect
@@ -380,11 +381,11 @@ def test_first_data_segment_rto_is_the_initial_rto(name, tracer, ledger):
             wait_listening(h2, port, timeout_s=30)
             t0 = now_s()
             client = h1.run([sys.executable, "-c", FD_CLIENT, h2.ip, str(port), str(FD_BYTES)], timeout=120)
-            got = int(server.communicate(timeout=60)[0].split()[0])
+            got = int(hostclock.communicate(server, timeout_s=60)[0].split()[0])
         syn_rtt_s = float(client.stdout.split()[0])   # connect(): SYN -> SYN-ACK, emulation s
         # the tracer's thread drains the perf buffer: wait until it has the data's ACKs
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and sum(
+        deadline = hostclock.Deadline(60)
+        while not deadline.expired() and sum(
                 1 for s in samples_of(tracer, h1.netns, port, t0) if s.event == "ack") < 3:
             time.sleep(0.1)
         sock = data_socket([s for s in samples_of(tracer, h1.netns, port, t0, arm=True)
@@ -512,8 +513,8 @@ def test_swapping_at_run_time(ledger):
             p.kill()
             p.wait()
         modules.set_default(before, h1.netns)
-        deadline = time.monotonic() + 20
-        while modules.refcount("tcp_saw") and time.monotonic() < deadline:
+        deadline = hostclock.Deadline(20)
+        while modules.refcount("tcp_saw") and not deadline.expired():
             time.sleep(0.2)
         MEASURED["swap"] = {"connections": algs, "unload_in_use": r.stderr.strip()}
     r = run_testbed("cc", "unload", "saw", check=False, timeout=60)

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 import pytest
 
 from helpers import require_features, require_root
-from testbed import setns
+from testbed import hostclock, setns
 from testbed.ledger import Ledger
 from testbed.net import Emulation
 from testbed.optical import layout
@@ -72,9 +72,9 @@ def _row(emu, node: str, port: int) -> dict:
 
 
 def _wait(cond, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
+    deadline = hostclock.Deadline(timeout)
     while not cond():
-        if time.monotonic() > deadline:
+        if deadline.expired():
             raise AssertionError("condition not met in time")
         time.sleep(0.1)
 

@@ -37,12 +37,15 @@ def test_bad_clock_name_is_a_usage_error(monkeypatch):
         vm.GuestConfig.from_env()
 
 
-def test_icount_defaults_to_one_vcpu_unless_told(monkeypatch):
-    monkeypatch.delenv("TESTBED_GUEST_CPUS", raising=False)
-    monkeypatch.setenv("TESTBED_GUEST_CLOCK", "icount")
-    assert vm.GuestConfig.from_env().cpus == 1
+def test_icount_by_default_with_one_vcpu_unless_told(monkeypatch):
+    for var in ("TESTBED_GUEST_CPUS", "TESTBED_GUEST_CLOCK", "TESTBED_GUEST_ICOUNT"):
+        monkeypatch.delenv(var, raising=False)
+    cfg = vm.GuestConfig.from_env()
+    assert vm.clock_label(cfg, use_kvm=False) == "icount:shift=0,sleep=off"
+    assert vm.vcpus(cfg, use_kvm=False) == 1
+    assert vm.vcpus(cfg, use_kvm=True) >= 1 and vm.clock_label(cfg, use_kvm=True) == "realtime"
     monkeypatch.setenv("TESTBED_GUEST_CPUS", "2")
-    assert vm.GuestConfig.from_env().cpus == 2
+    assert vm.vcpus(vm.GuestConfig.from_env(), use_kvm=False) == 2
 
 
 def test_qemu_gets_icount_only_under_software_emulation():
