@@ -25,7 +25,7 @@ import sys
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -402,10 +402,12 @@ PROBES: dict[str, Callable[[], Probe]] = {
 }
 
 
-def probe_all() -> dict[str, Probe]:
-    """Run every probe (in :data:`FEATURES` order); a crashing probe reports ok=False."""
+def probe_all(names: Iterable[str] | None = None) -> dict[str, Probe]:
+    """Run every probe, or those of ``names`` that exist (in :data:`FEATURES` order); a
+    crashing probe reports ok=False."""
+    wanted = set(FEATURES if names is None else names)
     results: dict[str, Probe] = {}
-    for name in FEATURES:
+    for name in (f for f in FEATURES if f in wanted):
         try:
             results[name] = PROBES[name]()
         except Exception as exc:  # noqa: BLE001 - a probe bug must not hide the others

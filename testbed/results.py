@@ -118,7 +118,9 @@ class RunStore:
         return d
 
     def finish(self, point: Point, summary: dict[str, Any] | None, error: str | None = None,
-               wall_s: float | None = None) -> None:
+               wall_s: float | None = None, emulation_s: float | None = None) -> None:
+        """Record how ``point`` ended; ``wall_s``: host seconds it took, ``emulation_s``:
+        seconds on the kernel's clock (they differ in an instruction-counted guest)."""
         d = self.point_dir(point)
         status = json.loads((d / "status.json").read_text())
         if error is None:
@@ -127,7 +129,7 @@ class RunStore:
                    **{k: str(v) if hasattr(v, "dim") else v for k, v in point.values.items()}, **summary}
             write_json(d / "summary.json", row)
         status.update(state="complete" if error is None else "failed", error=error,
-                      finished=time.time(), wall_s=wall_s)
+                      finished=time.time(), wall_s=wall_s, emulation_s=emulation_s)
         write_json(d / "status.json", status)
         self.write_summary_csv()
 
