@@ -88,6 +88,12 @@ def paper_per_wall(out: Path, tdf: float) -> list[float]:
     return vals
 
 
+def column(out: Path, name: str, scale: float = 1.0) -> list[float]:
+    """Column ``name`` of summary.csv (x ``scale``), one value per point."""
+    with open(out / "summary.csv") as f:
+        return [float(r[name]) * scale for r in csv.DictReader(f)]
+
+
 def rtt_excess(out: Path) -> list[float]:
     """(median ping RTT - 2 x one-way delay) / (2 x delay) per point (netem demo)."""
     with open(out / "summary.csv") as f:
@@ -115,11 +121,14 @@ def run() -> list[Measurement]:
                                     per_point(e1, "fidelity.json", "p99_over_tau"), "ratio"),
                         Measurement(f"E1 point {tag}: paper s per wall s", paper_per_wall(e1, tdf), "ratio"),
                         Measurement(f"E1 point {tag}: guest CPU busy", per_point(e1, "machine.json",
-                                                                                  "cpu_busy_fraction"), "ratio")]
+                                                                                  "cpu_busy_fraction"), "ratio"),
+                        Measurement(f"E1 point {tag}: throughput", column(e1, "throughput_bps", 1e-9), "Gb/s")]
                 netem = Path(tmp) / "netem"
                 wall = run_guest(NETEM_POINT, env, netem)
                 out += [Measurement(f"netem demo {tag}: run", [wall]),
                         Measurement(f"netem demo {tag}: wall per point",
                                     per_point(netem, "status.json", "wall_s")),
-                        Measurement(f"netem demo {tag}: RTT excess / (2 x delay)", rtt_excess(netem), "ratio")]
+                        Measurement(f"netem demo {tag}: RTT excess / (2 x delay)", rtt_excess(netem), "ratio"),
+                        Measurement(f"netem demo {tag}: throughput", column(netem, "throughput_bps", 1e-6),
+                                    "Mb/s")]
     return out
