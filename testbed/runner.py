@@ -256,7 +256,9 @@ def run(defn: Definition, opts: RunOptions) -> int:
         print(f"testbed: running in the full-kernel guest"
               f"{' (host lacks ' + ', '.join(missing) + ')' if missing else ''}", file=sys.stderr)
         out.mkdir(parents=True, exist_ok=True)
-        inner = [*opts.argv, "--native", "--no-report", "--out", str(out), "--run-id", run_id]
+        # the guest runs it natively: --vm would clash with --native there
+        inner = [*(a for a in opts.argv if a != "--vm"), "--native", "--no-report", "--out", str(out),
+                 "--run-id", run_id]
         code = vm.run_in_guest(inner, rw_dirs=[out], ledger_id=f"guest-{run_id}")
     else:
         code = run_native(defn, opts, run_id, out, sorted(needs))

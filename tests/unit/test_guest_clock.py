@@ -126,3 +126,25 @@ def test_run_returns_output_and_feeds_input(monkeypatch):
     cp = hostclock.run([sys.executable, "-c", "import sys; print(sys.stdin.read().upper())"], timeout=30,
                        input="abc")
     assert (cp.returncode, cp.stdout.strip()) == (0, "ABC")
+
+
+def test_vm_placement_runs_natively_in_the_guest_without_the_vm_flag(monkeypatch, tmp_path):
+    """`testbed run X --vm` re-runs X in the guest with --native: passing --vm along made
+    the guest's argparse refuse the pair (exit 2) before this was fixed."""
+    from testbed import definition, runner
+
+    seen = {}
+
+    def fake_guest(argv, *, rw_dirs, ledger_id):
+        seen["argv"] = argv
+        return 0
+
+    monkeypatch.setattr(vm, "run_in_guest", fake_guest)
+    defn = definition.load("demo")
+    argv = [sys.executable, "-m", "testbed", "run", "demo", "--vm", "--no-report"]
+    code = runner.run(defn, runner.RunOptions(out=tmp_path / "out", placement="vm", report=False, argv=argv))
+    assert code == 0
+    inner = seen["argv"]
+    assert "--vm" not in inner and "--native" in inner and inner[:5] == argv[:5]
+    cli = __import__("testbed.cli", fromlist=["build_parser"])
+    cli.build_parser().parse_args(inner[3:])  # the guest's command line parses
