@@ -1,6 +1,6 @@
 """`make bench`: timings reported in closing notes (not asserted by tests).
 
-Each area has its own module here with ``run() -> list[Measurement]``; ``main`` runs
+Each area has its own module here with ``run()`` returning or yielding Measurements; ``main`` runs
 them all (or the ones named on the command line) and prints one line per measurement.
 """
 
