@@ -82,7 +82,10 @@ class GuestConfig:
         clock = e.get("TESTBED_GUEST_CLOCK", cls.clock)
         if clock not in CLOCKS:
             raise UsageError(f"TESTBED_GUEST_CLOCK={clock!r}: accepted {' or '.join(CLOCKS)}")
-        return cls(cpus=int(e["TESTBED_GUEST_CPUS"]) if e.get("TESTBED_GUEST_CPUS") else None,
+        cpus = e.get("TESTBED_GUEST_CPUS") or None
+        if cpus is not None and not (cpus.isdigit() and 1 <= int(cpus) <= 64):
+            raise UsageError(f"TESTBED_GUEST_CPUS={cpus!r}: accepted a whole number 1..64")
+        return cls(cpus=int(cpus) if cpus else None,
                    memory=e.get("TESTBED_GUEST_MEMORY", "3G"), kvm=e.get("TESTBED_GUEST_KVM", "auto"),
                    kernel=Path(e["TESTBED_GUEST_KERNEL"]) if e.get("TESTBED_GUEST_KERNEL") else None,
                    clock=clock, icount=IcountOptions.parse(e.get("TESTBED_GUEST_ICOUNT", "")))
@@ -128,7 +131,7 @@ def clock_choice(cfg: GuestConfig, use_kvm: bool, from_env: bool) -> tuple[str, 
     if cfg.clock == "icount" and use_kvm:
         return label, "KVM runs the guest at host speed; instruction counting needs software emulation"
     if cfg.clock == "realtime":
-        why = ("set by TESTBED_GUEST_CLOCK" if from_env else "default with KVM") + \
+        why = ("set by TESTBED_GUEST_CLOCK" if from_env else "configured") + \
             ": timers fire on host time, late by whatever the host scheduler does"
         return label, why
     why = "set by TESTBED_GUEST_CLOCK" if from_env else "default under software emulation"

@@ -37,6 +37,13 @@ def test_bad_clock_name_is_a_usage_error(monkeypatch):
         vm.GuestConfig.from_env()
 
 
+@pytest.mark.parametrize("value", ["two", "0", "-1"])
+def test_bad_vcpu_count_is_a_usage_error(monkeypatch, value):
+    monkeypatch.setenv("TESTBED_GUEST_CPUS", value)
+    with pytest.raises(UsageError, match=f"TESTBED_GUEST_CPUS='{value}'.*1..64"):
+        vm.GuestConfig.from_env()
+
+
 def test_icount_by_default_with_one_vcpu_unless_told(monkeypatch):
     for var in ("TESTBED_GUEST_CPUS", "TESTBED_GUEST_CLOCK", "TESTBED_GUEST_ICOUNT"):
         monkeypatch.delenv(var, raising=False)
