@@ -78,7 +78,8 @@ class Deadline:
 
     def step(self, at_most: float = STEP_S) -> float:
         """How long the next guest-clock wait may be (> 0)."""
-        return max(0.01, min(at_most, self.guest_remaining() if self.guest_remaining() > 0 else at_most))
+        left = self.guest_remaining()
+        return max(0.01, min(at_most, left) if left > 0 else at_most)
 
 
 def wait(proc: subprocess.Popen, timeout_s: float) -> int:

@@ -169,13 +169,13 @@ class PointContext:
         busy0, total0 = cpu0
         busy1, total1 = cpu_times()
         write_json(self.dir / "machine.json", {
-            "clock": hostclock.guest_clock(), "cpus": os.cpu_count(),
             "wall_s": hostclock.host_seconds() - host0,
             "wall_resolution_s": 1.0 if hostclock.virtual() else 1e-6,
             "emulation_s": time.monotonic() - guest0,
             "cpu_busy_fraction": (busy1 - busy0) / (total1 - total0) if total1 > total0 else None,
             "note": "the instrumented block of the point (traffic and counters); emulation_s is "
-                    "this kernel's clock (x 1/D = paper time); cpu_busy_fraction from /proc/stat"})
+                    "this kernel's clock (x 1/D = paper time), manifest.json names it; "
+                    "cpu_busy_fraction from /proc/stat"})
 
     def _record_optical(self, emu: Any) -> None:
         """Optical fabric of ``emu`` (if any): per-port switch counters into

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from testbed.benchmarks import REPO, Measurement
+from testbed.units import Dim, Quantity
 
 E1_POINT = ["e1-demo", "--set", "cca=sack", "--set", "switch=hybrid:2", "--set", "load=100000 /s",
             "--reps", "2"]
@@ -100,7 +101,7 @@ def rtt_excess(out: Path) -> list[float]:
         rows = list(csv.DictReader(f))
     vals = []
     for r in rows:
-        delay = float(r["delay"].split()[0]) / 1e3  # "10 ms"
+        delay = Quantity.parse(r["delay"], Dim.TIME).si  # one-way, paper seconds
         vals.append((float(r["rtt_median_s"]) - 2 * delay) / (2 * delay))
     return vals
 
