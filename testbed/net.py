@@ -23,6 +23,7 @@ from testbed import cmd, nsops, ovs
 from testbed.errors import LedgerError, TestbedError
 from testbed.ledger import Ledger, netns_exists
 from testbed.names import check_ifname, check_node_name
+from testbed.optical.netfabric import SWITCH_MODELS, OpticalFabric
 
 if TYPE_CHECKING:
     from testbed.traffic.control import AgentProcess
@@ -192,7 +193,7 @@ class OpticalSwitch(Switch):
     """
 
     kind = "optical"
-    MODELS = ("electronic", "all-optical", "hybrid")
+    MODELS = SWITCH_MODELS
 
     def __init__(self, emu: "Emulation", name: str, **params: object) -> None:
         super().__init__(emu, name, **params)
@@ -241,7 +242,7 @@ class Emulation:
         self.links: dict[str, tuple[tuple[str, str | None], tuple[str, str | None]]] = {}
         # (node a, port index at a, node b, port index at b, link info), in creation order
         self.port_links: list[tuple[str, int, str, int, dict]] = []
-        self.optical: object | None = None  # testbed.optical.netfabric.OpticalFabric
+        self.optical: OpticalFabric | None = None
         self._first_seq = len(ledger.entries)
         self._traffic_agent: AgentProcess | None = None
 
@@ -281,10 +282,9 @@ class Emulation:
             self.add_link(self.nodes[a], self.nodes[b], info)
         for node in self.nodes.values():
             node.configure()
-        if any(isinstance(n, OpticalSwitch) for n in self.nodes.values()):
-            from testbed.optical.netfabric import OpticalFabric
-
-            self.optical = OpticalFabric(self)
+        switches = [name for name, n in self.nodes.items() if isinstance(n, OpticalSwitch)]
+        if switches:
+            self.optical = OpticalFabric(self, switches, [h.name for h in self.hosts()])
             self.optical.setup()
 
     def create_namespaces(self, names: list[str]) -> None:

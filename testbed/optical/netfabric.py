@@ -20,17 +20,16 @@ ledger (qdiscs, the pin dir); programs and clsact go with the devices.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from testbed import bpf, cmd, nsops
+from testbed.errors import DefinitionError
 from testbed.optical import fabric, layout
 from testbed.optical.layout import PortConfig
 from testbed.optical.routes import next_hops
 from testbed.units import propagation_delay_s
-
-if TYPE_CHECKING:
-    from testbed.net import Emulation
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +38,8 @@ HOST_MAC = "02:0f:0f:00:00:01"
 #: fq options: releases at skb->tstamp, never drops or reorders stamped packets itself
 FQ_OPTS = ["limit", "1000000", "flow_limit", "1000000", "horizon", "3600s", "horizon_cap", "nopacing"]
 DEFAULT_LENGTH_M = 10.0
+#: port models of an optical switch (the host NIC's, "nic", is not one)
+SWITCH_MODELS = ("electronic", "all-optical", "hybrid")
 
 
 @dataclass
@@ -56,23 +57,32 @@ class NodePorts:
     ifindex_of_port: dict[int, int] | None = None  # known once the programs are attached
 
 
+class EmulationView(Protocol):
+    """What the fabric uses of the emulation that holds it (``testbed.net.Emulation``;
+    a protocol, so that this module does not import ``testbed.net``, which creates it)."""
+
+    token: str
+    ledger: Any
+    nodes: dict[str, Any]
+    port_links: list[tuple[str, int, str, int, dict]]
+
+
 class OpticalFabric:
-    """The optical part of an Emulation (see the module docstring)."""
+    """The optical part of an Emulation (see the module docstring): ``switches`` are the
+    names of its optical switch nodes, ``hosts`` the names of its end hosts (those linked
+    to an optical switch join the fabric)."""
 
-    def __init__(self, emu: "Emulation") -> None:
-        from testbed.net import Host, OpticalSwitch
-
+    def __init__(self, emu: EmulationView, switches: Sequence[str], hosts: Sequence[str]) -> None:
         self.emu = emu
         self.pin_dir = bpf.PIN_ROOT / f"{emu.token}-optical"
-        switches = sorted(n for n, node in emu.nodes.items() if isinstance(node, OpticalSwitch))
+        switches = sorted(switches)
         self.switches = switches
         # neighbours per node: port index -> (peer node, link info)
         peers: dict[str, dict[int, tuple[str, dict]]] = {}
         for a, pa, b, pb, info in emu.port_links:
             peers.setdefault(a, {})[pa] = (b, info)
             peers.setdefault(b, {})[pb] = (a, info)
-        hosts = sorted(n for n, node in emu.nodes.items() if isinstance(node, Host)
-                       and any(p in switches for p, _ in peers.get(n, {}).values()))
+        hosts = sorted(n for n in hosts if any(p in switches for p, _ in peers.get(n, {}).values()))
         self.hosts = hosts
         self.nodes: dict[str, NodePorts] = {}
         for node_id, name in enumerate([*hosts, *switches]):
@@ -134,11 +144,8 @@ class OpticalFabric:
         the fabric as if new: switch state, counters and the fidelity monitor zeroed.
         Lets one emulation serve several points (building it costs minutes under
         software emulation). Raises DefinitionError for an unknown model or n_e."""
-        from testbed.errors import DefinitionError
-        from testbed.net import OpticalSwitch
-
-        if model not in OpticalSwitch.MODELS:
-            raise DefinitionError("switch.model", model, " | ".join(OpticalSwitch.MODELS))
+        if model not in SWITCH_MODELS:
+            raise DefinitionError("switch.model", model, " | ".join(SWITCH_MODELS))
         if not 0 <= n_e <= layout.MAX_NE:
             raise DefinitionError("switch.n_e", n_e, f"an integer 0..{layout.MAX_NE}")
         n_e = 0 if model == "all-optical" else n_e
