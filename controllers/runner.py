@@ -22,7 +22,6 @@ import ipaddress
 import json
 import os
 import socket
-import subprocess
 import sys
 import time
 import urllib.error
@@ -32,9 +31,9 @@ from typing import Any
 
 from controllers.fabric import Fabric
 from controllers.schedulers import SCHEDULERS
-from testbed import cmd, ovs
+from testbed import ovs, process
 from testbed.errors import DefinitionError, TestbedError
-from testbed.ledger import Ledger, kill_process
+from testbed.ledger import Ledger
 from testbed.traffic.records import read_jsonl
 from testbed import hostclock
 
@@ -79,8 +78,7 @@ class ControllerRunner:
         self.host = check_mgmt_host(host)
         self.scheduler, self.sse_s, self.pairs, self.elephants = scheduler, sse_s, pairs, elephants or []
         self.ready_timeout_s, self.python = ready_timeout_s, python
-        self.proc: subprocess.Popen | None = None
-        self.seq: int | None = None
+        self.proc: process.Process | None = None
         self.ofp_port = self.rest_port = 0
         self.log_path = self.out_dir / "reconfigurations.jsonl"
         self.events_path = self.out_dir / "switch-events.jsonl"
@@ -116,15 +114,9 @@ class ControllerRunner:
         cfg_path.write_text(json.dumps(self.config(), indent=1))
         argv = [self.python, "-m", "os_ken.cmd.manager", "--ofp-listen-host", self.host,
                 "--ofp-tcp-listen-port", str(self.ofp_port), "controllers.e3_app"]
-        self.seq = self.ledger.add("process", argv=argv, netns=None, group=True, stop_signal=15)
-        log = open(self.out_dir / "controller.log", "ab")
         env = {**os.environ, CONFIG_ENV: str(cfg_path.resolve())}
-        try:
-            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True, env=env, cwd=Path(__file__).resolve().parent.parent)
-        finally:
-            log.close()
-        self.ledger.update(self.seq, pid=self.proc.pid, start_time=cmd.process_start_time(self.proc.pid))
+        self.proc = process.spawn(self.ledger, argv, log=self.out_dir / "controller.log", env=env,
+                                  cwd=Path(__file__).resolve().parent.parent)
         self.wait_for(lambda s: True, "the REST API to answer")
         target = f"tcp:{self.host}:{self.ofp_port}"
         args: list[str] = []
@@ -134,13 +126,8 @@ class ControllerRunner:
         self.wait_for(lambda s: s.get("ready"), "every switch to connect and acknowledge its flows")
 
     def stop(self) -> None:
-        if self.proc is not None and self.seq is not None:
-            kill_process(self.proc.pid, self.ledger.entries[self.seq].attrs.get("start_time"), group=True)
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
-            self.ledger.mark_gone(self.seq)
+        if self.proc is not None:
+            process.stop(self.proc)
         self.proc = None
 
     # -- REST client -----------------------------------------------------------------

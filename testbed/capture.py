@@ -5,13 +5,11 @@ from __future__ import annotations
 import selectors
 import signal
 import subprocess
-import time
 from pathlib import Path
 
-from testbed import cmd
+from testbed import hostclock, process
 from testbed.errors import DefinitionError, TestbedError
 from testbed.net import Emulation
-from testbed import hostclock
 
 
 class CaptureError(TestbedError):
@@ -28,16 +26,9 @@ class Capture:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         argv = ["tcpdump", "-i", intf, "-U", "-s", str(snaplen), "-w", str(path)]
-        node = emu.nodes[link.split("-")[0]]
-        # Root-namespace ends (OVS ports) are captured from the root namespace.
-        if netns is None:
-            seq = emu.ledger.add("process", argv=argv, group=True, stop_signal=int(signal.SIGINT))
-            self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
-            emu.ledger.update(seq, pid=self.proc.pid, start_time=cmd.process_start_time(self.proc.pid))
-        else:
-            self.proc = node.popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                   stop_signal=int(signal.SIGINT))
+        # in the namespace of the link's end (None: a root-namespace end, an OVS port)
+        self.proc = process.spawn(emu.ledger, argv, netns=netns, stderr=subprocess.PIPE,
+                                  stop_signal=signal.SIGINT)
         self._wait_listening(timeout_s=10.0)
 
     def _wait_listening(self, timeout_s: float) -> None:
@@ -58,11 +49,7 @@ class Capture:
         raise CaptureError(f"tcpdump did not start within {timeout_s:g} s: {seen.decode(errors='replace')}")
 
     def stop(self) -> None:
-        """SIGINT (tcpdump flushes and closes the file), then wait up to 10 s."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                hostclock.wait(self.proc, 10)
-            except subprocess.TimeoutExpired as exc:
-                self.proc.kill()
-                raise CaptureError(f"tcpdump writing {self.path} did not stop on SIGINT") from exc
+        """SIGINT (tcpdump flushes and closes the file), SIGKILL after 10 s (then
+        CaptureError); marked gone in the ledger."""
+        if not process.stop(self.proc, grace_s=10):
+            raise CaptureError(f"tcpdump writing {self.path} did not stop on SIGINT")

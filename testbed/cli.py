@@ -241,7 +241,7 @@ def cmd_check_tdf(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def cmd_clean(args: argparse.Namespace, argv: list[str]) -> int:
-    from testbed.ledger import clean
+    from testbed.clean import clean
 
     cleaned, skipped, errors = clean(include_running=args.include_running)
     for line in cleaned:

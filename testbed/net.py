@@ -19,9 +19,10 @@ from typing import IO, TYPE_CHECKING, ClassVar
 
 from mininet.topo import Topo
 
-from testbed import cmd, nsops, ovs
+from testbed import cmd, nsops, ovs, process
 from testbed.errors import LedgerError, TestbedError
-from testbed.ledger import Ledger, netns_exists
+from testbed.ledger import Ledger
+from testbed.nsops import netns_exists
 from testbed.names import check_ifname, check_node_name
 from testbed.optical.netfabric import SWITCH_MODELS, OpticalFabric
 
@@ -77,9 +78,8 @@ class Node:
     def popen(self, argv: list[str], *, stdout: IO | int | None = subprocess.DEVNULL,
               stderr: IO | int | None = subprocess.STDOUT, stop_signal: int = 15) -> subprocess.Popen:
         """Start a long-lived process in this node; recorded in the ledger."""
-        return self.emu.ledger.popen(["ip", "netns", "exec", self.netns, *map(str, argv)], netns=self.netns,
-                                     stop_signal=stop_signal, stdout=stdout, stderr=stderr,
-                                     stdin=subprocess.DEVNULL)
+        return process.spawn(self.emu.ledger, argv, netns=self.netns, stop_signal=stop_signal, stdout=stdout,
+                             stderr=stderr)
 
     def sysctl(self, key: str, value: str | int) -> None:
         """Set sysctl ``key`` (dotted) in this node's namespace; raises NsOpsError."""

@@ -15,12 +15,15 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import signal
 import threading
 from pathlib import Path
 from typing import Callable, TypeVar
 
-from testbed import setns
+from testbed import cmd, setns
 from testbed.errors import TestbedError
+from testbed.ledger import Entry, Ledger, register
+from testbed.process import kill_process
 from testbed.setns import NETNS_RUN_DIR
 
 T = TypeVar("T")
@@ -297,3 +300,44 @@ def delete_netns(netns: str) -> None:
         pass
     except OSError as exc:
         raise NsOpsError(f"remove {path}: {exc.strerror}") from None
+
+
+# -- ledger teardowns: namespaces, links, qdiscs (registered at import) -------------------
+def netns_exists(name: str) -> bool:
+    """True when network namespace ``name`` exists (``/run/netns/NAME``)."""
+    return (NETNS_RUN_DIR / name).exists()
+
+
+def _remove_netns(entry: Entry, ledger: Ledger) -> None:
+    name = entry.attrs["name"]
+    if not netns_exists(name):
+        return
+    # Processes keep a namespace alive after `ip netns del`; every process inside a
+    # namespace of ours is ours.
+    for _ in range(3):
+        pids = netns_pids(name)
+        if not pids:
+            break
+        for pid in pids:
+            kill_process(pid, cmd.process_start_time(pid), first_signal=signal.SIGKILL, grace_s=1.0)
+    delete_netns(name)
+
+
+def _remove_link(entry: Entry, ledger: Ledger) -> None:
+    name, netns = entry.attrs["name"], entry.attrs.get("netns")
+    if link_exists(name, netns):
+        delete_link(name, netns)
+
+
+def _remove_qdisc(entry: Entry, ledger: Ledger) -> None:
+    dev, netns = entry.attrs["dev"], entry.attrs.get("netns")
+    if link_exists(dev, netns):
+        parent = entry.attrs.get("parent", "root")
+        where = ["root"] if parent == "root" else ["parent", parent] if parent != "clsact" else []
+        qdisc = ["clsact"] if parent == "clsact" else []
+        cmd.run(["tc", "qdisc", "del", "dev", dev, *where, *qdisc], check=False, netns=netns)
+
+
+register("netns", _remove_netns, container=lambda e: e.attrs["name"])
+register("link", _remove_link, within=lambda e: [e.attrs.get("netns"), e.attrs.get("peer_netns")])
+register("qdisc", _remove_qdisc, within=lambda e: [e.attrs.get("netns")])

@@ -1,18 +1,34 @@
-"""Open vSwitch: starting the daemons when nobody runs them, and ledgered bridges."""
+"""Open vSwitch: starting the daemons when nobody runs them, and ledgered bridges.
+
+Registers the ledger teardowns of ``ovs-bridge`` (this run's bridges, in one
+transaction) and ``ovs-daemon`` (a daemon a testbed run started, stopped by the last
+run that holds it).
+"""
 
 from __future__ import annotations
 
+import json
+import logging
 import time
 from pathlib import Path
 
-from testbed import cmd
+from testbed import cmd, hostclock
+from testbed.cc import modules as kernel_modules
 from testbed.errors import LedgerError, TestbedError
-from testbed.ledger import OVS_RUN_KEY, Ledger, holders, shared_lock
+from testbed.ledger import Entry, Ledger, holders, register, shared_lock
+from testbed.process import kill_process
+
+log = logging.getLogger(__name__)
 
 RUN_DIR = Path("/var/run/openvswitch")
 DB_FILE = Path("/var/lib/openvswitch/conf.db")
 SCHEMA = Path("/usr/share/openvswitch/vswitch.ovsschema")
 DATAPATHS = ("system", "netdev")
+#: the external_ids key marking a bridge with the id of the run that created it
+OVS_RUN_KEY = "optical-tcp-testbed-run"
+OVS_DELETE_TIMEOUT_S = 120
+#: ledger resources: a bridge of this run; a daemon a testbed run started
+BRIDGE, DAEMON = "ovs-bridge", "ovs-daemon"
 
 
 class OVSError(TestbedError):
@@ -60,10 +76,10 @@ def _pidfile_process(name: str) -> tuple[int, int | None] | None:
 def _share_daemons(ledger: Ledger) -> None:
     for name in ("ovsdb-server", "ovs-vswitchd"):
         proc = _pidfile_process(name)
-        held_by = holders("ovs-daemon", *proc) if proc else []
+        held_by = holders(DAEMON, *proc) if proc else []
         # none: not started by a testbed run, never ours to stop; ours: recorded already
         if held_by and ledger.run_id not in held_by:
-            ledger.add("ovs-daemon", name=name, pidfile=str(RUN_DIR / f"{name}.pid"), pid=proc[0],
+            ledger.add(DAEMON, name=name, pidfile=str(RUN_DIR / f"{name}.pid"), pid=proc[0],
                        start_time=proc[1], shared=True)
 
 
@@ -77,7 +93,7 @@ def _start_daemons(ledger: Ledger | None) -> None:
              ("ovs-vswitchd", [f"unix:{RUN_DIR}/db.sock"])]
     for name, args in specs:
         pidfile = RUN_DIR / f"{name}.pid"
-        seq = ledger.add("ovs-daemon", name=name, pidfile=str(pidfile)) if ledger else None
+        seq = ledger.add(DAEMON, name=name, pidfile=str(pidfile)) if ledger else None
         cmd.run([name, *args, f"--pidfile={pidfile}", "--detach", "--no-chdir",
                  f"--log-file=/var/log/openvswitch/{name}.log"], timeout=30)
         pid = int(pidfile.read_text().strip())
@@ -85,9 +101,9 @@ def _start_daemons(ledger: Ledger | None) -> None:
             ledger.update(seq, pid=pid, start_time=cmd.process_start_time(pid))
         if name == "ovsdb-server":
             vsctl("--no-wait", "init")
-    deadline = time.monotonic() + 10
+    deadline = hostclock.Deadline(10)
     while not daemons_running():
-        if time.monotonic() > deadline:
+        if deadline.expired():
             raise OVSError("ovs-vswitchd did not answer within 10 s; see /var/log/openvswitch/")
         time.sleep(0.1)
 
@@ -97,7 +113,7 @@ def load_module(ledger: Ledger | None, name: str) -> None:
     if Path(f"/sys/module/{name}").exists():
         return
     if ledger is not None:
-        ledger.add("module", name=name)
+        ledger.add(kernel_modules.MODULE, name=name)
     cmd.run(["modprobe", name])
 
 
@@ -108,7 +124,7 @@ def add_bridge(ledger: Ledger, name: str, *, datapath: str, fail_mode: str = "st
         raise OVSError(f"datapath {datapath!r} not in {DATAPATHS}")
     if cmd.ok(["ovs-vsctl", "--timeout=5", "br-exists", name]):
         raise LedgerError(f"OVS bridge {name} already exists and is not ours; not touching it")
-    ledger.add("ovs-bridge", name=name)
+    ledger.add(BRIDGE, name=name)
     args = ["add-br", name, "--", "set", "bridge", name, f"datapath_type={datapath}",
             f"fail_mode={fail_mode}", f"protocols={protocols}",
             f"external_ids:{OVS_RUN_KEY}={ledger.run_id}"]
@@ -128,3 +144,55 @@ def add_port(bridge: str, port: str, ofport: int | None = None, *, keep_qdisc: b
     if keep_qdisc:
         args += ["--", "set", "port", port, "qos=@noop", "--", "--id=@noop", "create", "qos", "type=linux-noop"]
     vsctl(*args)
+
+
+# -- ledger teardowns ----------------------------------------------------------------------
+def _bridge_owners() -> dict[str, str | None]:
+    """Every OVS bridge -> the run id in its external_ids (None if unmarked); {} when
+    no ovsdb-server answers (then no bridge of ours can exist either)."""
+    res = cmd.run(["ovs-vsctl", "--timeout=10", "--format=json", "--columns=name,external_ids", "list", "Bridge"],
+                  check=False, timeout=15)
+    if res.returncode != 0:
+        return {}
+    out = {}
+    for name, ids in json.loads(res.stdout)["data"]:
+        out[name] = dict(ids[1]).get(OVS_RUN_KEY) if isinstance(ids, list) and ids[0] == "map" else None
+    return out
+
+
+def _remove_bridges(entries: list[Entry], ledger: Ledger) -> None:
+    """Delete the entries' bridges that exist and carry this run's id, in one
+    transaction; others are left alone (with a warning when not ours)."""
+    owners = _bridge_owners()
+    doomed = []
+    for e in entries:
+        name = e.attrs["name"]
+        if name not in owners:
+            continue
+        if owners[name] != ledger.run_id:
+            log.warning("not deleting OVS bridge %s: it is not marked as created by run %s", name, ledger.run_id)
+            continue
+        doomed.append(name)
+    if doomed:
+        args = [a for name in doomed for a in ("--", "--if-exists", "del-br", name)]
+        cmd.run(["ovs-vsctl", f"--timeout={OVS_DELETE_TIMEOUT_S}", *args], timeout=OVS_DELETE_TIMEOUT_S + 5)
+
+
+def _remove_bridge(entry: Entry, ledger: Ledger) -> None:
+    _remove_bridges([entry], ledger)
+
+
+def _remove_daemon(entry: Entry, ledger: Ledger) -> None:
+    a = entry.attrs
+    with shared_lock("ovs-daemons"):
+        others = holders(DAEMON, a.get("pid", 0), a.get("start_time"), besides=ledger.run_id)
+        if others:
+            log.info("leaving %s (pid %s) running: run(s) %s use it too", a.get("name"), a.get("pid"),
+                     ", ".join(others))
+            return
+        kill_process(a.get("pid", 0), a.get("start_time"))
+
+
+# bridges live in OVS's database, which outlives a reboot
+register(BRIDGE, _remove_bridge, per_boot=False, batch=_remove_bridges)
+register(DAEMON, _remove_daemon)

@@ -3,8 +3,8 @@
 The guest shares the host's root filesystem read-only (9p) and the repository and the
 results folder read-write, so results land on the host. Output is streamed, the exit
 code propagated, Ctrl-C stops the guest, a failed boot is retried once, and the qemu
-process is recorded in a host-side ledger so `testbed clean` can stop a guest whose
-parent was SIGKILLed.
+process is recorded in a host-side ledger (resource ``guest``, whose teardown is
+registered here) so `testbed clean` can stop a guest whose parent was SIGKILLed.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed import cmd
+from testbed import process
 from testbed.errors import GuestError
-from testbed.ledger import Ledger, kill_process
+from testbed.ledger import Entry, Ledger, register
 
 REPO = Path(__file__).resolve().parent.parent
 INIT = Path(__file__).resolve().parent / "guest-init.sh"
@@ -184,16 +184,13 @@ def run_in_guest(argv: list[str], *, rw_dirs: list[Path] | None = None, ledger_i
 def _boot_once(vng: list[str], env: dict[str, str], ledger_id: str) -> tuple[int, bool]:
     ledger = Ledger.create(f"{ledger_id}-{os.getpid()}-{time.monotonic_ns() % 10**6}",
                            argv=vng)
-    seq = ledger.add("guest", argv=vng)
-    proc = subprocess.Popen(vng, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    ledger.update(seq, pid=proc.pid, start_time=cmd.process_start_time(proc.pid))
+    proc = process.spawn(ledger, vng, stdout=subprocess.PIPE, env=env, resource=GUEST)
     booted, interrupted = False, 0
 
     def stop(signum: int, frame: object) -> None:
         nonlocal interrupted
         interrupted = signum
-        kill_process(proc.pid, cmd.process_start_time(proc.pid), group=True, grace_s=5.0)
+        process.stop(proc, grace_s=5.0)
 
     old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -213,3 +210,15 @@ def _boot_once(vng: list[str], env: dict[str, str], ledger_id: str) -> tuple[int
     if interrupted:
         return 128 + interrupted, booted
     return code, booted
+
+
+#: ledger resource: the qemu process of a guest (with its process group)
+GUEST = "guest"
+
+
+def _remove_guest(entry: Entry, ledger: Ledger) -> None:
+    # version-1 ledgers recorded no group flag for the guest: its group is always killed
+    process.remove_process(entry, ledger, group=True)
+
+
+register(GUEST, _remove_guest)

@@ -18,7 +18,8 @@ import pytest
 
 from testbed import cmd, hostclock, ovs
 from testbed.bpf import PIN_ROOT
-from testbed.ledger import Ledger, ledger_dir, link_exists, netns_exists
+from testbed.ledger import Ledger, ledger_dir
+from testbed.nsops import link_exists, netns_exists
 from testbed.traffic.records import read_jsonl
 
 REPO = Path(__file__).resolve().parent.parent
@@ -79,27 +80,27 @@ def killed_run_then_clean(tmp_path: Path, datapath: str, extra_sets: list[str]) 
         path = ledger_dir() / f"{run_id}-{proc.pid}.jsonl"
         deadline = hostclock.Deadline(300)
         records: list[dict] = []
-        # Wait (bounded) until the run holds every kind of object: then kill it.
+        # Wait (bounded) until the run holds every resource: then kill it.
         while not deadline.expired():
             records = read_jsonl(path)
-            kinds = {r.get("kind") for r in records if r.get("type") == "add"}
+            resources = {r.get("resource") for r in records if r.get("type") == "add"}
             iperf_running = any(r.get("type") == "update" and "pid" in r for r in records) and \
-                any("iperf3" in " ".join(r.get("argv", [])) for r in records if r.get("kind") == "process")
-            if {"netns", "link", "ovs-bridge", "qdisc", "bpf-pin", "process"} <= kinds and iperf_running:
+                any("iperf3" in " ".join(r.get("argv", [])) for r in records if r.get("resource") == "process")
+            if {"netns", "link", "ovs-bridge", "qdisc", "bpf-pin", "process"} <= resources and iperf_running:
                 break
             assert proc.poll() is None, f"the run ended early (exit {proc.returncode})"
             time.sleep(0.2)
         else:
-            pytest.fail(f"the run did not create all object kinds in time; ledger: {records}")
+            pytest.fail(f"the run did not create every resource in time; ledger: {records}")
         time.sleep(1.0)
         proc.send_signal(signal.SIGKILL)
         hostclock.wait(proc, 10)
         records = read_jsonl(path)
         adds = [r for r in records if r.get("type") == "add"]
-        netns = [r["name"] for r in adds if r["kind"] == "netns"]
-        bridges = [r["name"] for r in adds if r["kind"] == "ovs-bridge"]
-        links = [(r["name"], r.get("netns")) for r in adds if r["kind"] == "link"]
-        pins = [Path(r["path"]) for r in adds if r["kind"] == "bpf-pin"]
+        netns = [r["name"] for r in adds if r["resource"] == "netns"]
+        bridges = [r["name"] for r in adds if r["resource"] == "ovs-bridge"]
+        links = [(r["name"], r.get("netns")) for r in adds if r["resource"] == "link"]
+        pins = [Path(r["path"]) for r in adds if r["resource"] == "bpf-pin"]
         pids = [(r["pid"], r["start_time"]) for r in records if r.get("type") == "update" and "pid" in r]
         # The kill really left objects behind (so this test can fail).
         assert all(netns_exists(n) for n in netns) and netns

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from testbed import cmd
 from testbed.errors import CommandError, TestbedError
+from testbed.ledger import Entry, Ledger, register
 
 log = logging.getLogger(__name__)
 
@@ -266,3 +267,20 @@ def set_default(algorithm: str, netns: str | None = None) -> str:
     previous = get_default(netns)
     cmd.run(["sysctl", "-q", "-w", f"net.ipv4.tcp_congestion_control={algorithm}"], netns=netns)
     return previous
+
+
+# -- ledger teardown ------------------------------------------------------------------------
+#: ledger resource: a kernel module a run loaded (removed when nothing uses it any more)
+MODULE = "module"
+
+
+def _remove_module(entry: Entry, ledger: Ledger) -> None:
+    name = entry.attrs["name"]
+    refcnt = Path(f"/sys/module/{name}/refcnt")
+    if refcnt.exists() and refcnt.read_text().strip() == "0":
+        # rmmod, not modprobe -r: our modules are insmod-ed from kernel/ and are not in
+        # modules.dep, and rmmod never removes dependencies we did not load
+        cmd.run(["rmmod", name], check=False)
+
+
+register(MODULE, _remove_module)

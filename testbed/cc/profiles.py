@@ -31,7 +31,6 @@ from testbed.bpf import PIN_ROOT
 from testbed.cc import modules, sockops
 from testbed.dilation import TimeDilation
 from testbed.errors import DefinitionError
-from testbed.ledger import TEARDOWN
 from testbed.units import Dim, Quantity, packet_duration_s
 
 log = logging.getLogger(__name__)
@@ -322,11 +321,7 @@ class Profile:
             _, host, routes = step
             change_routes(host, routes)
         elif kind in ("pin", "qdisc"):
-            ledger = self._host.emu.ledger
-            entry = ledger.entries[step[1]]
-            if not entry.gone:
-                TEARDOWN[entry.kind](entry, ledger)
-                ledger.mark_gone(entry.seq)
+            self._host.emu.ledger.remove(step[1])
         elif kind == "module":
             _, algorithm, seq = step
             ledger = self._host.emu.ledger

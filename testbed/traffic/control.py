@@ -2,8 +2,8 @@
 
 :class:`AgentProcess` starts ``python -m testbed.traffic.agent`` in the caller's
 network namespace (the agent enters the hosts' namespaces itself), recorded in the
-run's ledger like every process (``Ledger.popen``: add, start, update with PID and
-start time; ``testbed clean`` stops it after a SIGKILLed run). Control messages go
+run's ledger like every process (:func:`testbed.process.spawn`: add, start, update
+with PID and start time; ``testbed clean`` stops it after a SIGKILLed run). Control messages go
 to its stdin and answers come from its stdout, one JSON object per line (the
 protocol is in the agent's module docstring); its stderr goes to an unlinked
 temporary file whose tail explains a dead agent. Waits are bounded by
@@ -24,7 +24,7 @@ import sys
 import tempfile
 from typing import IO, Any
 
-from testbed import hostclock
+from testbed import hostclock, process
 from testbed.errors import TestbedError
 from testbed.ledger import Ledger
 
@@ -64,10 +64,7 @@ class AgentProcess:
         log = tempfile.TemporaryFile(prefix="traffic-agent-")
         pipes: dict[str, Any] = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": log}
         try:
-            if ledger is not None:
-                proc = ledger.popen(argv, **pipes)
-            else:
-                proc = subprocess.Popen(argv, start_new_session=True, **pipes)
+            proc = process.spawn(ledger, argv, **pipes)
         except OSError as exc:
             log.close()
             raise TrafficError(f"cannot start the traffic agent ({python}): {exc}") from exc

@@ -9,11 +9,13 @@ setns). A ``TrafficRun`` with ``emu=None`` starts an agent of its own;
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
 from typing import IO
 
+from testbed import process
 from testbed.ledger import Ledger
 from testbed.traffic.control import AgentProcess, running
 
@@ -29,13 +31,10 @@ class LoopbackHost:
         self.name, self.ip, self.ledger = name, ip, ledger
 
     def popen(self, argv: list[str], *, stdout: IO | int | None = subprocess.DEVNULL,
-              stderr: IO | int | None = subprocess.STDOUT, stop_signal: int = 15) -> subprocess.Popen:
-        argv = [str(a) for a in argv]
-        if self.ledger is not None:
-            return self.ledger.popen(argv, stop_signal=stop_signal, stdout=stdout, stderr=stderr,
-                                     stdin=subprocess.DEVNULL)
-        return subprocess.Popen(argv, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+              stderr: IO | int | None = subprocess.STDOUT, stop_signal: int = signal.SIGTERM
+              ) -> process.Process:
+        """Start ``argv`` in a session of its own (:func:`testbed.process.spawn`)."""
+        return process.spawn(self.ledger, argv, stdout=stdout, stderr=stderr, stop_signal=stop_signal)
 
 
 class LoopbackNet:

@@ -17,7 +17,8 @@ from mininet.topo import Topo
 from helpers import REPO, require_features, require_root, run_testbed
 from testbed import cmd
 from testbed.kinds.netem_path import IPERF_PORT, parse_iperf3, wait_listening
-from testbed.ledger import Ledger, netns_exists
+from testbed.ledger import Ledger
+from testbed.nsops import netns_exists
 from testbed.net import Emulation, LinkShape
 from testbed.traffic import (BimodalLognormal, Schedule, TrafficError, TrafficRun, Window, batch, long_lived,
                              poisson_schedule)
@@ -49,7 +50,7 @@ def token() -> str:
 
 
 def agent_entries(ledger):
-    return [e for e in ledger.entries if e.kind == "process" and "testbed.traffic.agent" in e.attrs["argv"]]
+    return [e for e in ledger.entries if e.resource == "process" and "testbed.traffic.agent" in e.attrs["argv"]]
 
 
 def test_every_completed_flow_delivered_exactly_its_size(ledger, tmp_path):

@@ -1,5 +1,6 @@
 """The ledger: written before creation, torn down in reverse, never touches foreign objects."""
 
+import dataclasses
 import json
 import subprocess
 import time
@@ -7,8 +8,9 @@ import time
 import pytest
 
 from testbed import cmd
+from testbed.clean import clean
 from testbed.errors import LedgerError
-from testbed.ledger import Ledger, clean
+from testbed.ledger import TEARDOWNS, Ledger
 
 
 @pytest.fixture(autouse=True)
@@ -38,7 +40,7 @@ def test_truncated_last_line_is_tolerated(tmp_path):
     led = Ledger.create("r2")
     led.add("file", path=str(tmp_path / "x"))
     with open(led.path, "a") as f:
-        f.write('{"type": "add", "seq": 1, "kind": "fi')  # killed mid-write
+        f.write('{"type": "add", "seq": 1, "resource": "fi')  # killed mid-write
     again = Ledger.load(led.path)
     assert len(again.live()) == 1
 
@@ -90,12 +92,10 @@ def test_devices_inside_deleted_namespaces_are_not_removed_one_by_one(monkeypatc
     """A netns teardown takes its devices and qdiscs along: only what has an end outside
     the namespaces being deleted gets its own handler call; a second teardown (archived
     ledger) is a no-op."""
-    from testbed import ledger as ledger_mod
-
     calls: list[tuple[str, str]] = []
-    for kind in ("netns", "link", "qdisc"):
-        monkeypatch.setitem(ledger_mod.TEARDOWN, kind,
-                            lambda e, led, k=kind: calls.append((k, e.attrs.get("name") or e.attrs["dev"])))
+    for resource in ("netns", "link", "qdisc"):
+        record = lambda e, led, r=resource: calls.append((r, e.attrs.get("name") or e.attrs["dev"]))  # noqa: E731
+        monkeypatch.setitem(TEARDOWNS, resource, dataclasses.replace(TEARDOWNS[resource], remove=record))
     led = Ledger.create("r-inside")
     led.add("netns", name="nsA")
     led.add("netns", name="nsB")
@@ -112,11 +112,10 @@ def test_devices_inside_deleted_namespaces_are_not_removed_one_by_one(monkeypatc
 def test_partial_teardown_of_a_kept_namespace_removes_its_devices(monkeypatch):
     """Teardown since a later seq (a point's objects) does not skip devices whose
     namespace stays (the namespace is not part of that teardown)."""
-    from testbed import ledger as ledger_mod
-
     calls: list[str] = []
-    monkeypatch.setitem(ledger_mod.TEARDOWN, "qdisc", lambda e, led: calls.append(e.attrs["dev"]))
-    monkeypatch.setitem(ledger_mod.TEARDOWN, "netns", lambda e, led: calls.append(e.attrs["name"]))
+    for resource, key in (("qdisc", "dev"), ("netns", "name")):
+        record = lambda e, led, k=key: calls.append(e.attrs[k])  # noqa: E731
+        monkeypatch.setitem(TEARDOWNS, resource, dataclasses.replace(TEARDOWNS[resource], remove=record))
     led = Ledger.create("r-partial")
     led.add("netns", name="nsA")
     seq = led.add("qdisc", dev="a0", netns="nsA", parent="root")
@@ -180,3 +179,90 @@ def test_a_partial_user_starting_at_seq_0_does_not_archive_the_ledger(tmp_path):
     assert led.teardown() == [] and not led.path.exists()
     with pytest.raises(LedgerError, match="archived"):
         led.add("file", path=str(tmp_path / "c"))
+
+
+# -- the teardown registry: each resource's owner registers its teardown ------------------
+OWNERS = {"process": "testbed.process", "netns": "testbed.nsops", "link": "testbed.nsops",
+          "qdisc": "testbed.nsops", "ovs-bridge": "testbed.ovs", "ovs-daemon": "testbed.ovs",
+          "module": "testbed.cc.modules", "guest": "testbed.vm", "file": "testbed.ledger",
+          "bpf-pin": "testbed.ledger"}
+
+
+def test_every_resource_is_registered_by_its_owner():
+    assert {r: t.remove.__module__ for r, t in TEARDOWNS.items()} == OWNERS
+
+
+def test_the_ledger_imports_no_owner_and_testbed_clean_imports_them_all():
+    """A fresh interpreter: the ledger alone knows only its own resources (it imports
+    none of the owners, which import it: no cycle); `import testbed.clean` registers
+    every one, whatever else was imported."""
+    import sys
+
+    code = ("import sys, testbed.ledger as l; before = sorted(l.TEARDOWNS); "
+            "owners = sorted(m for m in sys.modules if m in ('testbed.process', 'testbed.nsops', 'testbed.ovs', "
+            "'testbed.cc.modules', 'testbed.vm')); import testbed.clean; print(before, owners, sorted(l.TEARDOWNS))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split("] [") == ["['bpf-pin', 'file'", "", f"{', '.join(repr(r) for r in sorted(OWNERS))}]\n"], out
+
+
+def test_a_resource_has_one_owner():
+    from testbed.ledger import register
+
+    with pytest.raises(LedgerError, match="'netns' is registered by testbed.nsops"):
+        register("netns", lambda e, led: None)   # this test module is not its owner
+    assert TEARDOWNS["netns"].remove.__module__ == "testbed.nsops"
+
+
+def _write_ledger(path, header: dict, records: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in [{"type": "header", **header}, *records]))
+
+
+def test_a_version_1_ledger_with_kind_is_read_and_cleaned(tmp_path):
+    """Ledgers written before the rename name the resource "kind": `testbed clean` still
+    removes their objects (a file, a process group) and archives them."""
+    from testbed.ledger import ledger_dir
+
+    victim = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        f = tmp_path / "leftover"
+        f.write_text("x")
+        header = {"version": 1, "run_id": "old", "boot_id": cmd.boot_id(), "pid": 1, "pid_start": -1}
+        _write_ledger(ledger_dir() / "old.jsonl", header, [
+            {"type": "add", "seq": 0, "kind": "file", "path": str(f)},
+            {"type": "add", "seq": 1, "kind": "process", "argv": ["sleep", "60"], "netns": None, "group": True,
+             "stop_signal": 15},
+            {"type": "update", "seq": 1, "pid": victim.pid, "start_time": cmd.process_start_time(victim.pid)},
+            {"type": "add", "seq": 2, "kind": "file", "path": str(tmp_path / "went")},
+            {"type": "gone", "seq": 2}])
+        led = Ledger.load(ledger_dir() / "old.jsonl")
+        assert [(e.resource, e.gone) for e in led.entries] == [("file", False), ("process", False), ("file", True)]
+        assert led.entries[1].attrs["pid"] == victim.pid and "kind" not in led.entries[1].attrs
+        cleaned, skipped, errors = clean()
+        assert (errors, skipped) == ([], []) and cleaned == ["old: removed 2 object(s)"]
+        assert victim.wait(timeout=5) is not None and not f.exists()   # (reaped by the teardown)
+        assert not (ledger_dir() / "old.jsonl").exists()
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_an_unknown_resource_is_a_clear_error_not_a_crash(tmp_path):
+    """A ledger naming a resource nobody registers (a newer testbed's): clean reports it
+    by name, removes the rest and keeps the ledger; recording one is refused."""
+    from testbed.ledger import ledger_dir
+
+    f = tmp_path / "leftover"
+    f.write_text("x")
+    header = {"version": 2, "run_id": "future", "boot_id": cmd.boot_id(), "pid": 1, "pid_start": -1}
+    path = ledger_dir() / "future.jsonl"
+    _write_ledger(path, header, [{"type": "add", "seq": 0, "resource": "file", "path": str(f)},
+                                 {"type": "add", "seq": 1, "resource": "widget", "name": "w0"}])
+    for _ in range(2):                     # and again: the kept ledger reports the same
+        cleaned, skipped, errors = clean()
+        assert cleaned == [] and len(errors) == 1, errors
+        assert errors[0].startswith("future: widget {'name': 'w0'}: no teardown is registered for ledger "
+                                    "resource 'widget' (known: bpf-pin, file, guest, link, module, netns"), errors
+        assert path.exists() and not f.exists()
+    with pytest.raises(LedgerError, match="unknown ledger resource 'widget'"):
+        Ledger.create("r-widget").add("widget", name="w1")
