@@ -1,4 +1,11 @@
-"""SDN controllers (os-ken apps) and their testbed glue.
+"""Control loops of the experiment families, and their testbed glue.
+
+For any family:
+
+- :mod:`controllers.process`: ``ControlProcess``, one control loop in a process of its
+  own (started ledgered, health-checked by a callable or an HTTP URL, logged, stopped);
+- :mod:`controllers.osken`: ``OsKenProcess``, an os-ken application as a control
+  process, with the OVS bridges it drives (the app and its config come from a family).
 
 E3 (the SDN-reconfigured optical space switch, docs/e3.md):
 
@@ -8,6 +15,7 @@ E3 (the SDN-reconfigured optical space switch, docs/e3.md):
   injectable clock;
 - :mod:`controllers.rest`: the REST API (a plain WSGI app);
 - :mod:`controllers.e3_app`: the os-ken application (OpenFlow 1.3 glue);
-- :mod:`controllers.runner`: ``ControllerRunner``, starting and stopping it for a run;
+- :mod:`controllers.e3_process`: ``E3ControllerProcess``, the app as an ``OsKenProcess``
+  for a run (its config, checked);
 - :mod:`controllers.broker`: the on-demand transfer agent (REST client).
 """

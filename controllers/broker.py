@@ -22,7 +22,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Protocol
 
-from controllers.runner import ControllerError
+from controllers.process import ControlError
 from testbed.traffic.schedule import Schedule
 from testbed import hostclock
 
@@ -52,7 +52,7 @@ class OnDemandBroker:
         for f in self.elephants:
             code, body = self.api.call("POST", "/reservations", {"src": self.ip_of[f.src], "dst": self.ip_of[f.dst]})
             if code != 201:
-                raise ControllerError(f"reservation for flow {f.id} ({f.src} -> {f.dst}) refused ({code}): {body}")
+                raise ControlError(f"reservation for flow {f.id} ({f.src} -> {f.dst}) refused ({code}): {body}")
             self.rid[f.id] = body["id"]
             self.open.add(f.id)
             self._record("request", flow=f.id, reservation=body["id"], state=body["state"])
@@ -62,12 +62,12 @@ class OnDemandBroker:
             for fid, rid in list(pending.items()):
                 code, body = self.api.call("GET", f"/reservations/{rid}")
                 if code != 200:
-                    raise ControllerError(f"GET /reservations/{rid} answered {code}: {body}")
+                    raise ControlError(f"GET /reservations/{rid} answered {code}: {body}")
                 if body["state"] != "granted" or body["installed"]:
                     self._record("installed" if body["installed"] else body["state"], flow=fid, reservation=rid)
                     del pending[fid]
             if pending and deadline.expired():
-                raise ControllerError(f"reservations {sorted(pending.values())} granted but not installed "
+                raise ControlError(f"reservations {sorted(pending.values())} granted but not installed "
                                       f"within {timeout_s:g} s")
             if pending:
                 time.sleep(0.02)
@@ -82,7 +82,7 @@ class OnDemandBroker:
     def release(self, fid: int) -> None:
         code, body = self.api.call("DELETE", f"/reservations/{self.rid[fid]}")
         if code != 200:
-            raise ControllerError(f"DELETE /reservations/{self.rid[fid]} answered {code}: {body}")
+            raise ControlError(f"DELETE /reservations/{self.rid[fid]} answered {code}: {body}")
         self.open.discard(fid)
         self._record("release", flow=fid, reservation=self.rid[fid])
 
@@ -91,6 +91,6 @@ class OnDemandBroker:
         for fid in sorted(self.open):
             try:
                 self.release(fid)
-            except (ControllerError, OSError):
+            except (ControlError, OSError):
                 pass
         self._log.close()

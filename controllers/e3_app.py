@@ -1,7 +1,7 @@
 """os-ken application of E3 (OpenFlow 1.3): leaf-spine forwarding, the OSS as a circuit
 switch reprogrammed by a scheduler, ARP relay, and the REST API.
 
-Started by controllers/runner.py as
+Started by controllers/e3_process.py as
 ``python -m os_ken.cmd.manager --ofp-listen-host 127.0.0.1 --ofp-tcp-listen-port P
 controllers.e3_app`` with ``E3_CONTROLLER_CONFIG`` naming its JSON config (fabric,
 scheduler, sse_s, pairs, elephants, log_path, rest_host, rest_port). All decisions are

@@ -25,7 +25,7 @@ import pytest
 
 from controllers.broker import OnDemandBroker
 from controllers.fabric import Fabric
-from controllers.runner import ControllerRunner
+from controllers.e3_process import E3ControllerProcess
 from helpers import require_features, require_root
 from testbed import cmd
 from testbed.ledger import Ledger
@@ -103,7 +103,7 @@ def on_demand_scenario(ledger: Ledger, tmp_path: Path, datapath: str) -> None:
                           FlowSpec(1, "h0x1", "h2x1", 3 * MB, tag="mouse"),
                           FlowSpec(2, "h1x1", "h3x1", 3 * MB, tag="mouse")))
         hosts = [emu[h] for h in sorted(sched.hosts())]
-        with ControllerRunner(ledger, fab, tmp_path, scheduler="on-demand") as ctl:
+        with E3ControllerProcess(ledger, fab, tmp_path, scheduler="on-demand") as ctl:
             listeners = listeners_of(ctl.proc.pid)
             assert {p for _, p in listeners} >= {ctl.ofp_port, ctl.rest_port}
             assert all(a in ("0100007F", "00000000000000000000000001000000") for a, _ in listeners), listeners
@@ -144,7 +144,7 @@ def ut_scenario(ledger: Ledger, tmp_path: Path, datapath: str) -> None:
         with small(ledger, datapath=datapath) as emu:
             fab = Fabric.from_emulation(emu)
             hosts = [emu[h] for h in ("h0x0", "h1x0", "h2x0", "h3x0")]
-            with ControllerRunner(ledger, fab, out, scheduler=scheduler, sse_s=2 * share) as ctl:
+            with E3ControllerProcess(ledger, fab, out, scheduler=scheduler, sse_s=2 * share) as ctl:
                 with TrafficRun(emu, hosts, Schedule(flows), "cubic", out / "traffic") as run:
                     run.wait(timeout_s=60)
                 t0 = run.t0
@@ -183,7 +183,7 @@ def reconnect_scenario(ledger: Ledger, tmp_path: Path, datapath: str) -> None:
     switch-events.jsonl records the disconnects and the re-initialisation."""
     with small(ledger, datapath=datapath) as emu:
         fab = Fabric.from_emulation(emu)
-        with ControllerRunner(ledger, fab, tmp_path, scheduler="on-demand") as ctl:
+        with E3ControllerProcess(ledger, fab, tmp_path, scheduler="on-demand") as ctl:
             code, r = ctl.call("POST", "/reservations", {"src": emu["h0x0"].ip, "dst": emu["h2x0"].ip})
             assert code == 201, r
             ctl.wait_for(lambda s: len(s["circuits"]) == 1, "the circuit to be installed")

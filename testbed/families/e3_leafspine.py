@@ -91,7 +91,7 @@ class E3LeafSpine(ExperimentKind):
     def run_point(cls, ctx: PointContext) -> dict[str, Any]:
         from controllers.broker import OnDemandBroker
         from controllers.fabric import Fabric
-        from controllers.runner import ControllerRunner
+        from controllers.e3_process import E3ControllerProcess
         from testbed import nsops
         from testbed.net import Emulation, LinkShape
         from testbed.traffic import TrafficError, TrafficRun
@@ -140,8 +140,8 @@ class E3LeafSpine(ExperimentKind):
         fabric = Fabric.from_emulation(emu, paths=v["paths"])
         elephants = [(ip_of[f.src], ip_of[f.dst]) for f in sched.flows if f.tag == "elephant"]
         # os-ken starts in seconds natively but can take a minute or more in a TCG guest
-        with ControllerRunner(ctx.ledger, fabric, ctx.dir, scheduler=v["scheduler"], sse_s=sse_emu,
-                              elephants=elephants, ready_timeout_s=300.0) as ctl:
+        with E3ControllerProcess(ctx.ledger, fabric, ctx.dir, scheduler=v["scheduler"], sse_s=sse_emu,
+                                 elephants=elephants, ready_timeout_s=300.0) as ctl:
             oss_before = port_bytes(emu, "oss")
             broker = None
             if v["scheduler"] == "on-demand":

@@ -287,7 +287,7 @@ def test_a_lost_switch_makes_the_controller_not_ready_until_it_is_back(tmp_path)
 
 
 def test_controller_listeners_never_on_a_wildcard_address():
-    from controllers.runner import check_mgmt_host
+    from controllers.process import check_mgmt_host
     from testbed.errors import DefinitionError
 
     assert check_mgmt_host("127.0.0.1") == "127.0.0.1"
