@@ -49,6 +49,13 @@ class Process(subprocess.Popen):
         """:func:`stop` this process."""
         return stop(self, grace_s)
 
+    def mark_gone(self) -> None:
+        """Mark its ledger entry gone (once it has exited; nothing without a ledger, when
+        marked already, or once the ledger was archived)."""
+        led, seq = self.ledger, self.ledger_seq
+        if led is not None and seq is not None and not led.archived and not led.entries[seq].gone:
+            led.mark_gone(seq)
+
 
 def spawn(ledger: Ledger | None, argv: Sequence[str | os.PathLike], *, netns: str | None = None,
           cwd: Path | None = None, env: Mapping[str, str] | None = None, log: Path | None = None,
@@ -101,9 +108,7 @@ def stop(proc: Process, grace_s: float = STOP_GRACE_S) -> bool:
             hostclock.wait(proc, KILL_WAIT_S)       # reap it (an exited group leader)
         except subprocess.TimeoutExpired:
             pass
-    led, seq = proc.ledger, proc.ledger_seq
-    if led is not None and seq is not None and not led.archived and not led.entries[seq].gone:
-        led.mark_gone(seq)
+    proc.mark_gone()
     return outcome != "killed"
 
 

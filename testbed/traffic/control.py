@@ -41,7 +41,7 @@ class AgentProcess:
 
     ``busy`` is set by the ``TrafficRun`` that is using it (one point at a time)."""
 
-    def __init__(self, proc: subprocess.Popen, ledger: Ledger | None, log: IO[bytes]) -> None:
+    def __init__(self, proc: process.Process, ledger: Ledger | None, log: IO[bytes]) -> None:
         self.proc, self.ledger, self.log = proc, ledger, log
         self.busy = False
         self._seq = 0
@@ -175,10 +175,7 @@ class AgentProcess:
         self._mark_gone()
 
     def _mark_gone(self) -> None:
-        seq = getattr(self.proc, "ledger_seq", None)
-        led = self.ledger
-        if seq is not None and led is not None and not led.archived and not led.entries[seq].gone:
-            led.mark_gone(seq)
+        self.proc.mark_gone()
 
     def kill(self) -> None:
         """SIGKILL (a hung agent) and reap it."""
