@@ -1,6 +1,7 @@
 """Figures and tables of E1 (``e1-fattree``): the paper's Figs. 4 and 5 and its buffer table.
 
-Reads only summary.csv (one row per repetition of a point, paper units) and config.json.
+Reads only summary.csv (one row per repetition of a point, paper units; its metrics are
+those ``testbed.families.e1_fattree`` declares, checked by the report) and config.json.
 Figures: network throughput (Gb/s) against load (requests/s, log x), one curve per switch
 configuration, mean with 95 % Student-t intervals over repetitions; one panel per CCA,
 one figure per link length. Tables: the headline throughput table, per configuration
@@ -90,9 +91,8 @@ def aggregate(summary: pd.DataFrame) -> pd.DataFrame:
         for col, name in (("loss_ratio", "packet_loss_ratio"), ("oeo_fraction", "oeo_fraction"),
                           ("max_buffer_bytes", "max_buffer_MB"), ("flows_completed", "flows_completed"),
                           ("fct_median_s", "fct_median_ms"), ("lateness_p99_s", "lateness_p99_us")):
-            if col in g:
-                scale = {"max_buffer_MB": 1e-6, "fct_median_ms": 1e3, "lateness_p99_us": 1e6}.get(name, 1.0)
-                row[name] = g[col].mean() * scale
+            scale = {"max_buffer_MB": 1e-6, "fct_median_ms": 1e3, "lateness_p99_us": 1e6}.get(name, 1.0)
+            row[name] = g[col].mean() * scale
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -128,10 +128,9 @@ def analyse(summary: pd.DataFrame, config: dict, out: Path) -> tuple[list[Path],
         fig.savefig(figs[-1], dpi=110)
         plt.close(fig)
     headline = agg[["cca", "link_length_m", "switch", "load_per_s", "n", "throughput_Gbit_s",
-                    "throughput_ci95_Gbit_s"] + [c for c in ("flows_completed", "fct_median_ms") if c in agg]]
-    buffers = agg[["cca", "link_length_m", "switch", "load_per_s"]
-                  + [c for c in ("max_buffer_MB", "oeo_fraction", "packet_loss_ratio", "lateness_p99_us")
-                     if c in agg]]
+                    "throughput_ci95_Gbit_s", "flows_completed", "fct_median_ms"]]
+    buffers = agg[["cca", "link_length_m", "switch", "load_per_s", "max_buffer_MB", "oeo_fraction",
+                   "packet_loss_ratio", "lateness_p99_us"]]
     scale = ", ".join(sorted(set(map(str, summary["size_scale"])))) if "size_scale" in summary else "not recorded"
     found = findings.write(evaluate(configs(summary)), out,
                            preamble=f"E1, size_scale {scale}. Rule and margins: docs/e1.md, section Findings.")

@@ -1,4 +1,4 @@
-"""Figures and tables of the ``netem-path`` kind (the placeholder demo)."""
+"""Figures and tables of the ``netem-path`` family (the placeholder demo)."""
 
 from __future__ import annotations
 

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import html
-import importlib
 import json
 from pathlib import Path
 
 import pandas as pd
 
 from analysis import findings as findings_mod
-from testbed.results import atomic_write
+from testbed import families
+from testbed.metrics import check_columns
+from testbed.results import atomic_write, config_family
 
 
 class CombineError(ValueError):
@@ -22,14 +23,14 @@ SOURCES = "sources.json"
 
 
 def combine(runs: list[Path], out: Path) -> Path:
-    """One report over several results folders of the same kind, in ``out``: their
+    """One report over several results folders of the same family, in ``out``: their
     summaries concatenated (a ``run`` column names the source folder), a config naming
-    the kind and the runs, ``sources.json`` (each run's experiment, D, git sha), then
+    the family and the runs, ``sources.json`` (each run's experiment, D, git sha), then
     :func:`generate`. For findings whose points were run as separate definitions (e.g.
     the E1 findings subset, one folder per block).
 
-    Raises CombineError if a folder is not a results folder, the kinds differ, or ``out``
-    exists and is not a combined report (a run's own folder is never overwritten).
+    Raises CombineError if a folder is not a results folder, the families differ, or
+    ``out`` exists and is not a combined report (a run's own folder is never overwritten).
     """
     if not runs:
         raise CombineError("no results folder given")
@@ -42,22 +43,22 @@ def combine(runs: list[Path], out: Path) -> Path:
         configs.append(cfg)
         man = json.loads((run / "manifest.json").read_text()) if (run / "manifest.json").exists() else {}
         sources.append({"folder": str(run), "experiment": cfg["experiment"]["name"], "tdf": cfg["run"]["tdf"],
-                        "git": man.get("git", {}).get("sha"), "kind": cfg["experiment"]["kind"]})
+                        "git": man.get("git", {}).get("sha"), "family": config_family(cfg)})
         if (run / "summary.csv").exists():
             try:
                 frames.append(pd.read_csv(run / "summary.csv").assign(run=run.name))
             except pd.errors.EmptyDataError:
                 pass
-    kinds = {c["experiment"]["kind"] for c in configs}
-    if len(kinds) > 1:
-        raise CombineError("the runs are of different kinds: " + ", ".join(
-            f"{s['folder']} ({s['kind']})" for s in sources) + "; combine runs of one kind")
+    names = {config_family(c) for c in configs}
+    if len(names) > 1:
+        raise CombineError("the runs are of different families: " + ", ".join(
+            f"{s['folder']} ({s['family']})" for s in sources) + "; combine runs of one family")
     if (out / "config.json").exists() and not (out / SOURCES).exists():
         raise CombineError(f"{out} is a run's results folder, not a combined report: choose another --out")
     out.mkdir(parents=True, exist_ok=True)
     tdfs = sorted({c["run"]["tdf"] for c in configs})
     config = {"experiment": {"name": "combined: " + " + ".join(sorted({c["experiment"]["name"] for c in configs})),
-                             "kind": kinds.pop(),
+                             "family": names.pop(),
                              "description": f"{len(runs)} runs combined: " + ", ".join(str(r) for r in runs)},
               "run": {"tdf": tdfs[0] if len(tdfs) == 1 else ", ".join(map(str, tdfs))}}
     atomic_write(out / "config.json", json.dumps(config, indent=2) + "\n")
@@ -68,8 +69,11 @@ def combine(runs: list[Path], out: Path) -> Path:
 
 
 def generate(results: Path) -> Path:
-    """(Re)write ``results/report/`` and return the path of its index.html."""
+    """(Re)write ``results/report/`` and return the path of its index.html. Raises
+    SummaryError when summary.csv lacks a metric the family declares, DefinitionError
+    for a family this version does not have."""
     config = json.loads((results / "config.json").read_text())
+    family = families.load(config_family(config), "experiment.family", str(results / "config.json"))
     manifest_path = results / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     out = results / "report"
@@ -82,10 +86,8 @@ def generate(results: Path) -> Path:
     figures: list[Path] = []
     tables: list[tuple[str, pd.DataFrame]] = []
     if not summary.empty:
-        from testbed.kinds import KINDS
-
-        module = importlib.import_module(f"analysis.{KINDS[config['experiment']['kind']].analysis}")
-        figures, tables = module.analyse(summary, config, out)
+        check_columns(family.metrics, summary.columns, str(summary_path))
+        figures, tables = family.analysis().analyse(summary, config, out)
     for i, (title, table) in enumerate(tables):
         table.to_csv(out / f"table{i + 1}.csv", index=False)
     statuses = []
@@ -99,7 +101,7 @@ def generate(results: Path) -> Path:
              "td,th{border:1px solid #ccc;padding:3px 8px;font-size:90%}img{max-width:100%}"
              f"{findings_mod.CSS}</style></head><body>",
              f"<h1>{e(config['experiment']['name'])}</h1><p>{e(config['experiment'].get('description', ''))}</p>",
-             f"<p>kind <code>{e(config['experiment']['kind'])}</code> · time dilation factor D = "
+             f"<p>family <code>{e(family.name)}</code> · time dilation factor D = "
              f"{config['run']['tdf']} (all values in paper units) · ran on "
              f"{e(str(manifest.get('where', {}).get('place', '?')))} kernel "
              f"{e(str(manifest.get('where', {}).get('kernel', '?')))} · git "

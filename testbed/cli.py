@@ -20,7 +20,7 @@ commands and examples:
              testbed run demo --set rate='20 Mbit/s,50 Mbit/s' --reps 3 --tdf 2
              testbed run demo --native --set switch=bridge --set delay='0 ms'
              testbed run demo --pcap h1-s1 --out results/demo/mine
-  list     experiment definitions and kinds with their parameters
+  list     experiment definitions and families with their parameters and metrics
              testbed list
   report   regenerate figures, tables and the HTML index from a results folder
              testbed report results/demo/20261121-140000-ab12
@@ -86,14 +86,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "and HTML later (saves ~40 s per run in the full-kernel guest)")
     r.add_argument("--run-id", help=argparse.SUPPRESS)
 
-    sub.add_parser("list", help="experiment definitions and kinds",
-                   description="List experiments/ definitions and every kind's parameters. "
-                   "Example: testbed list")
+    sub.add_parser("list", help="experiment definitions and families",
+                   description="List experiments/ definitions and every family's parameters and "
+                   "summary metrics. Example: testbed list")
 
     rep = sub.add_parser("report", help="regenerate a results folder's report, or combine several",
                          description="Regenerate figures, tables and index.html from the data "
                          "alone. Example: testbed report results/demo/RUN. With several folders of "
-                         "one kind and --out DIR, one report over all their points (their summaries "
+                         "one family and --out DIR, one report over all their points (their summaries "
                          "concatenated, a `run` column naming each): testbed report results/e1-paper/A "
                          "results/e1-paper/B --out results/e1-paper/findings")
     rep.add_argument("results", type=Path, metavar="RESULTS_DIR", nargs="+")
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             build_parser().print_help()
             return 2
-        if args.command in ("run", "clean", "guest", "doctor", "trace", "check-tdf") and os.geteuid() != 0:
+        if args.command in ("clean", "guest", "doctor", "trace", "check-tdf") and os.geteuid() != 0:
             raise UsageError(f"`testbed {args.command}` needs root (namespaces, qdiscs, BPF, qemu)")
         if getattr(args, "clock", None):
             # Read by vm.GuestConfig.from_env here and in child `testbed run`s (check-tdf).
@@ -209,6 +209,9 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     opts = runner.RunOptions(out=args.out, run_id=args.run_id, placement=args.placement or "auto",
                              pcap=args.pcap, report=not args.no_report,
                              argv=[sys.executable, "-m", "testbed", *argv])
+    runner.check_options(defn, opts)  # every input is checked before root is asked for
+    if os.geteuid() != 0:
+        raise UsageError("`testbed run` needs root (namespaces, qdiscs, BPF, qemu)")
     return runner.run(defn, opts)
 
 
@@ -286,16 +289,20 @@ def cmd_guest(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def cmd_list(args: argparse.Namespace, argv: list[str]) -> int:
+    from testbed import families
     from testbed.definition import EXPERIMENTS_DIR
-    from testbed.kinds import KINDS
 
     print("experiments (testbed run NAME):")
     for path in sorted(EXPERIMENTS_DIR.glob("*.toml")):
         print(f"  {path.stem}")
-    for kind in KINDS.values():
-        print(f"\nkind {kind.name}: {kind.doc}")
-        for p in kind.params:
+    for name in families.names():
+        family = families.load(name)
+        print(f"\nfamily {family.name}: {family.doc}")
+        for p in family.params:
             print(f"  {p.name:<10} default {p.default!s:<12} {p.doc}; {p.accepted()}")
+        print("  summary metrics:")
+        for m in family.metrics:
+            print(f"    {m.name:<26} [{m.unit}] {m.doc}")
     return 0
 
 

@@ -5,10 +5,10 @@ files, and returns a :class:`Probe` whose ``detail`` says why it is (not) availa
 Network probes run in a throwaway, uniquely named namespace (``ot-probe-<pid>-<hex>``)
 that is always deleted again; nothing that existed before is touched.
 
-Experiments declare the features they need with the module-level constants below
-(``NETEM``, ``FQ``, ...); the runner compares them with :func:`probe_all` and runs the
-experiment natively or in the distro-kernel guest. All commands are argument lists with
-timeouts; no shell is involved.
+Families declare the features they need as :class:`Feature` members (derived where
+possible from what they build, see testbed.family); the runner compares them with
+:func:`probe_all` and runs the experiment natively or in the distro-kernel guest. All
+commands are argument lists with timeouts; no shell is involved.
 """
 
 from __future__ import annotations
@@ -28,28 +28,30 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from enum import StrEnum
 from pathlib import Path
 
 from testbed import hostclock
 
-# Feature names: experiments declare their needs with these.
-NETEM = "netem"
-FQ = "fq"
-HTB = "htb"
-TBF = "tbf"
-CLSACT_BPF = "clsact-bpf"
-BPF_STRUCT_OPS = "bpf-struct-ops"
-BTF = "btf"
-MODULES = "modules"
-OVS_KERNEL = "ovs-kernel"
-OVS_USERSPACE = "ovs-userspace"
-TRACEPOINTS = "tracepoints"
-NETNS = "netns"
+class Feature(StrEnum):
+    """A kernel or host feature a run may need; the value is the probe's name."""
 
-FEATURES: tuple[str, ...] = (
-    NETEM, FQ, HTB, TBF, CLSACT_BPF, BPF_STRUCT_OPS, BTF, MODULES,
-    OVS_KERNEL, OVS_USERSPACE, TRACEPOINTS, NETNS,
-)
+    NETEM = "netem"
+    FQ = "fq"
+    HTB = "htb"
+    TBF = "tbf"
+    CLSACT_BPF = "clsact-bpf"
+    BPF_STRUCT_OPS = "bpf-struct-ops"
+    BTF = "btf"
+    MODULES = "modules"
+    OVS_KERNEL = "ovs-kernel"
+    OVS_USERSPACE = "ovs-userspace"
+    TRACEPOINTS = "tracepoints"
+    NETNS = "netns"
+
+
+#: every feature, in probe (and report) order
+FEATURES: tuple[Feature, ...] = tuple(Feature)
 
 KVM = "kvm"
 KVM_MARKER = "OT-KVM-OK"
@@ -164,19 +166,19 @@ def _try_qdisc(name: str, qdisc_args: Sequence[str]) -> Probe:
 
 
 def probe_netem() -> Probe:
-    return _try_qdisc(NETEM, ["netem", "delay", "1ms"])
+    return _try_qdisc(Feature.NETEM, ["netem", "delay", "1ms"])
 
 
 def probe_fq() -> Probe:
-    return _try_qdisc(FQ, ["fq"])
+    return _try_qdisc(Feature.FQ, ["fq"])
 
 
 def probe_htb() -> Probe:
-    return _try_qdisc(HTB, ["handle", "1:", "htb", "default", "1"])
+    return _try_qdisc(Feature.HTB, ["handle", "1:", "htb", "default", "1"])
 
 
 def probe_tbf() -> Probe:
-    return _try_qdisc(TBF, ["tbf", "rate", "1mbit", "burst", "32kbit", "latency", "50ms"])
+    return _try_qdisc(Feature.TBF, ["tbf", "rate", "1mbit", "burst", "32kbit", "latency", "50ms"])
 
 
 _BPF_PROG_C = """\
@@ -192,7 +194,7 @@ def probe_clsact_bpf() -> Probe:
     prebuilt = Path(__file__).resolve().parent.parent / "ebpf" / "probe_classifier.bpf.o"
     clang = shutil.which("clang")
     if clang is None and not prebuilt.is_file():
-        return Probe(CLSACT_BPF, False, "clang not found and ebpf/probe_classifier.bpf.o not built: "
+        return Probe(Feature.CLSACT_BPF, False, "clang not found and ebpf/probe_classifier.bpf.o not built: "
                                         "cannot make the test eBPF program")
     with tempfile.TemporaryDirectory(prefix="ot-probe-bpf-") as tmp:
         src, obj = Path(tmp) / "probe.c", Path(tmp) / "probe.o"
@@ -204,40 +206,40 @@ def probe_clsact_bpf() -> Probe:
             # clang's cold start under TCG on a loaded 2-core host took > 20 s (CI)
             res = _run(argv, timeout=120)
             if not res.ok:
-                return _fail(CLSACT_BPF, ["clang", "-target", "bpf", "-c", "probe.c"], res)
+                return _fail(Feature.CLSACT_BPF, ["clang", "-target", "bpf", "-c", "probe.c"], res)
         try:
             with _probe_ns() as ns:
                 shown = ["tc", "qdisc", "add", "dev", _VETH_A, "clsact"]
                 res = _run(["tc", "-n", ns, *shown[1:]])
                 if not res.ok:
-                    return _fail(CLSACT_BPF, shown, res)
+                    return _fail(Feature.CLSACT_BPF, shown, res)
                 shown = ["tc", "filter", "add", "dev", _VETH_A, "ingress", "bpf", "da",
                          "obj", "probe.o", "sec", "classifier"]
                 real = ["tc", "-n", ns, "filter", "add", "dev", _VETH_A, "ingress", "bpf",
                         "da", "obj", str(obj), "sec", "classifier"]
                 res = _run(real)
                 if not res.ok:
-                    return _fail(CLSACT_BPF, shown, res)
+                    return _fail(Feature.CLSACT_BPF, shown, res)
                 show = _run(["tc", "-n", ns, "filter", "show", "dev", _VETH_A, "ingress"])
                 if "ot_probe" not in show.out and "probe.o" not in show.out:
-                    return Probe(CLSACT_BPF, False,
+                    return Probe(Feature.CLSACT_BPF, False,
                                  "tc filter add returned 0 but the BPF filter is not listed")
         except _SetupError as exc:
-            return Probe(CLSACT_BPF, False, f"could not set up probe namespace: {exc}")
+            return Probe(Feature.CLSACT_BPF, False, f"could not set up probe namespace: {exc}")
     how = "prebuilt" if obj == prebuilt else "clang-built"
-    return Probe(CLSACT_BPF, True, f"clsact qdisc + eBPF classifier ({how}, direct-action) loaded")
+    return Probe(Feature.CLSACT_BPF, True, f"clsact qdisc + eBPF classifier ({how}, direct-action) loaded")
 
 
 def probe_btf() -> Probe:
     if VMLINUX_BTF.is_file():
-        return Probe(BTF, True, f"{VMLINUX_BTF} present")
-    return Probe(BTF, False, f"{VMLINUX_BTF} missing (kernel built without CONFIG_DEBUG_INFO_BTF)")
+        return Probe(Feature.BTF, True, f"{VMLINUX_BTF} present")
+    return Probe(Feature.BTF, False, f"{VMLINUX_BTF} missing (kernel built without CONFIG_DEBUG_INFO_BTF)")
 
 
 def probe_bpf_struct_ops() -> Probe:
     """Registering a BPF tcp_congestion_ops needs this type in the kernel's BTF."""
     if not VMLINUX_BTF.is_file():
-        return Probe(BPF_STRUCT_OPS, False, f"{VMLINUX_BTF} missing, so no struct_ops types")
+        return Probe(Feature.BPF_STRUCT_OPS, False, f"{VMLINUX_BTF} missing, so no struct_ops types")
     argv = ["bpftool", "btf", "dump", "file", str(VMLINUX_BTF), "format", "raw"]
     res = _run(argv, timeout=15)
     if res.rc is None and "not found" in res.err:
@@ -245,16 +247,16 @@ def probe_bpf_struct_ops() -> Probe:
         try:
             found = (STRUCT_OPS_TYPE.encode() + b"\0") in VMLINUX_BTF.read_bytes()
         except OSError as exc:
-            return Probe(BPF_STRUCT_OPS, False, f"bpftool not found and {VMLINUX_BTF}: {exc}")
+            return Probe(Feature.BPF_STRUCT_OPS, False, f"bpftool not found and {VMLINUX_BTF}: {exc}")
         how = "bpftool not found; name searched in the BTF string table"
-        return Probe(BPF_STRUCT_OPS, found,
+        return Probe(Feature.BPF_STRUCT_OPS, found,
                      f"{how}: {STRUCT_OPS_TYPE} {'present' if found else 'absent'}")
     if not res.ok:
-        return _fail(BPF_STRUCT_OPS, argv, res)
+        return _fail(Feature.BPF_STRUCT_OPS, argv, res)
     pattern = re.compile(rf"STRUCT '{re.escape(STRUCT_OPS_TYPE)}'")
     if pattern.search(res.out):
-        return Probe(BPF_STRUCT_OPS, True, f"vmlinux BTF has STRUCT '{STRUCT_OPS_TYPE}'")
-    return Probe(BPF_STRUCT_OPS, False,
+        return Probe(Feature.BPF_STRUCT_OPS, True, f"vmlinux BTF has STRUCT '{STRUCT_OPS_TYPE}'")
+    return Probe(Feature.BPF_STRUCT_OPS, False,
                  f"vmlinux BTF has no STRUCT '{STRUCT_OPS_TYPE}' (no CONFIG_BPF_JIT / "
                  "struct_ops for TCP congestion control)")
 
@@ -272,8 +274,8 @@ def probe_modules() -> Probe:
     if not res.ok:
         problems.append(f"{_cmd(argv)}: {res.why()}")
     if problems:
-        return Probe(MODULES, False, "; ".join(problems))
-    return Probe(MODULES, True, f"/proc/modules, {moddir} present; {_cmd(argv)} works")
+        return Probe(Feature.MODULES, False, "; ".join(problems))
+    return Probe(Feature.MODULES, True, f"/proc/modules, {moddir} present; {_cmd(argv)} works")
 
 
 def _genl_family(name: str) -> _Result:
@@ -282,18 +284,18 @@ def _genl_family(name: str) -> _Result:
 
 def probe_ovs_kernel() -> Probe:
     if Path("/sys/module/openvswitch").exists():
-        return Probe(OVS_KERNEL, True, "openvswitch module loaded (/sys/module/openvswitch)")
+        return Probe(Feature.OVS_KERNEL, True, "openvswitch module loaded (/sys/module/openvswitch)")
     genl = _genl_family("ovs_datapath")
     if genl.ok:
-        return Probe(OVS_KERNEL, True, "generic netlink family ovs_datapath present")
+        return Probe(Feature.OVS_KERNEL, True, "generic netlink family ovs_datapath present")
     argv = ["modprobe", "openvswitch"]
     res = _run(argv, timeout=15)
     if res.ok:
         # We loaded it: unload it again (best effort) so the probe leaves nothing behind.
         _run(["modprobe", "-r", "-q", "openvswitch"], timeout=15)
-        return Probe(OVS_KERNEL, True, f"{_cmd(argv)} works (unloaded again)")
+        return Probe(Feature.OVS_KERNEL, True, f"{_cmd(argv)} works (unloaded again)")
     genl_why = "genl not found" if genl.rc is None else genl.why()
-    return Probe(OVS_KERNEL, False,
+    return Probe(Feature.OVS_KERNEL, False,
                  f"{_cmd(argv)}: {res.why()}; no /sys/module/openvswitch; generic netlink "
                  f"family ovs_datapath absent ({genl_why})")
 
@@ -314,11 +316,11 @@ def _pid_alive(pidfile: Path) -> bool:
 def probe_ovs_userspace() -> Probe:
     missing = [b for b in ("ovs-vswitchd", "ovsdb-server", "ovs-vsctl") if shutil.which(b) is None]
     if missing:
-        return Probe(OVS_USERSPACE, False, f"not installed: {', '.join(missing)}")
+        return Probe(Feature.OVS_USERSPACE, False, f"not installed: {', '.join(missing)}")
     rundir = _ovs_rundir()
     down = [d for d in ("ovsdb-server", "ovs-vswitchd") if not _pid_alive(rundir / f"{d}.pid")]
     if down:
-        return Probe(OVS_USERSPACE, True,
+        return Probe(Feature.OVS_USERSPACE, True,
                      f"binaries present; {', '.join(down)} not running (no live pid in "
                      f"{rundir}), so add-br of a datapath_type=netdev bridge was not tried")
     br = f"otp{secrets.token_hex(4)}"
@@ -327,16 +329,16 @@ def probe_ovs_userspace() -> Probe:
     try:
         res = _run([*vsctl, *shown[1:]], timeout=10)
         if not res.ok:
-            return _fail(OVS_USERSPACE, shown, res)
+            return _fail(Feature.OVS_USERSPACE, shown, res)
         port = _run([*vsctl, "get", "Interface", br, "ofport"], timeout=10)
         if not port.ok or port.out.strip() in ("", "-1", "[]"):
             err = _run([*vsctl, "get", "Interface", br, "error"], timeout=10)
-            return Probe(OVS_USERSPACE, False,
+            return Probe(Feature.OVS_USERSPACE, False,
                          f"{_cmd(shown)}: bridge added but its port did not come up "
                          f"(ofport {port.out.strip() or port.why()}, error {err.out.strip()})")
     finally:
         _run([*vsctl, "--if-exists", "del-br", br], timeout=10)
-    return Probe(OVS_USERSPACE, True, "daemons running; datapath_type=netdev bridge added and deleted")
+    return Probe(Feature.OVS_USERSPACE, True, "daemons running; datapath_type=netdev bridge added and deleted")
 
 
 def _tracefs_mount() -> Path | None:
@@ -354,8 +356,8 @@ def _tracefs_mount() -> Path | None:
 def _check_tcp_probe(root: Path, how: str) -> Probe:
     event = root / "events" / "tcp" / "tcp_probe"
     if event.is_dir():
-        return Probe(TRACEPOINTS, True, f"tracefs {how}; events/tcp/tcp_probe exists")
-    return Probe(TRACEPOINTS, False, f"tracefs {how} but events/tcp/tcp_probe does not exist")
+        return Probe(Feature.TRACEPOINTS, True, f"tracefs {how}; events/tcp/tcp_probe exists")
+    return Probe(Feature.TRACEPOINTS, False, f"tracefs {how} but events/tcp/tcp_probe does not exist")
 
 
 def probe_tracepoints() -> Probe:
@@ -367,7 +369,7 @@ def probe_tracepoints() -> Probe:
         argv = ["mount", "-t", "tracefs", "nodev", tmp]
         res = _run(argv)
         if not res.ok:
-            return Probe(TRACEPOINTS, False,
+            return Probe(Feature.TRACEPOINTS, False,
                          f"tracefs not mounted and {_cmd(argv[:4])} failed: {res.why()}")
         try:
             return _check_tcp_probe(Path(tmp), "not mounted but mountable")
@@ -379,26 +381,26 @@ def probe_netns() -> Probe:
     ns = _new_ns_name()
     res = _run(["ip", "netns", "add", ns])
     if not res.ok:
-        return _fail(NETNS, ["ip", "netns", "add", ns], res)
+        return _fail(Feature.NETNS, ["ip", "netns", "add", ns], res)
     res = _run(["ip", "netns", "del", ns])
     if not res.ok:
-        return _fail(NETNS, ["ip", "netns", "del", ns], res)
-    return Probe(NETNS, True, "ip netns add/del works")
+        return _fail(Feature.NETNS, ["ip", "netns", "del", ns], res)
+    return Probe(Feature.NETNS, True, "ip netns add/del works")
 
 
-PROBES: dict[str, Callable[[], Probe]] = {
-    NETEM: probe_netem,
-    FQ: probe_fq,
-    HTB: probe_htb,
-    TBF: probe_tbf,
-    CLSACT_BPF: probe_clsact_bpf,
-    BPF_STRUCT_OPS: probe_bpf_struct_ops,
-    BTF: probe_btf,
-    MODULES: probe_modules,
-    OVS_KERNEL: probe_ovs_kernel,
-    OVS_USERSPACE: probe_ovs_userspace,
-    TRACEPOINTS: probe_tracepoints,
-    NETNS: probe_netns,
+PROBES: dict[Feature, Callable[[], Probe]] = {
+    Feature.NETEM: probe_netem,
+    Feature.FQ: probe_fq,
+    Feature.HTB: probe_htb,
+    Feature.TBF: probe_tbf,
+    Feature.CLSACT_BPF: probe_clsact_bpf,
+    Feature.BPF_STRUCT_OPS: probe_bpf_struct_ops,
+    Feature.BTF: probe_btf,
+    Feature.MODULES: probe_modules,
+    Feature.OVS_KERNEL: probe_ovs_kernel,
+    Feature.OVS_USERSPACE: probe_ovs_userspace,
+    Feature.TRACEPOINTS: probe_tracepoints,
+    Feature.NETNS: probe_netns,
 }
 
 

@@ -23,8 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testbed.definition import Definition, Point
 from testbed.errors import ResultsError
+from testbed.experiment import Definition, Point
+from testbed.metrics import Metric, check_row
 
 RESULTS_ROOT = Path(__file__).resolve().parent.parent / "results"
 
@@ -65,20 +66,31 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
     atomic_write(path, csv_text(rows))
 
 
+def config_family(config: dict[str, Any]) -> str:
+    """The family of a config.json: ``experiment.family``, or ``experiment.kind`` in
+    folders written before families had that name."""
+    exp = config["experiment"]
+    return exp["family"] if "family" in exp else exp["kind"]
+
+
 class RunStore:
     """One run's folder; see the module docstring. States of a point: absent, "running"
-    (interrupted if found on resume), "failed" (with the error), "complete"."""
+    (interrupted if found on resume), "failed" (with the error), "complete".
 
-    def __init__(self, root: Path) -> None:
+    ``metrics``: the family's declared summary metrics; :meth:`finish` checks every
+    summary row against them before writing it."""
+
+    def __init__(self, root: Path, metrics: tuple[Metric, ...] = ()) -> None:
         self.root = root
+        self.metrics = metrics
 
     @classmethod
-    def open(cls, root: Path, defn: Definition) -> "RunStore":
+    def open(cls, root: Path, defn: Definition, metrics: tuple[Metric, ...] = ()) -> "RunStore":
         """Create ``root`` for ``defn``, or reopen it to resume the same configuration.
 
         Raises ResultsError when ``root`` holds a run of a different configuration.
         """
-        store = cls(root)
+        store = cls(root, metrics)
         config = defn.resolved()
         existing = root / "config.json"
         if existing.exists():
@@ -93,9 +105,13 @@ class RunStore:
             (root / sub).mkdir(exist_ok=True)
         return store
 
+    def config(self) -> dict[str, Any]:
+        """The run's config.json."""
+        return json.loads((self.root / "config.json").read_text())
+
     @property
     def experiment(self) -> str:
-        return json.loads((self.root / "config.json").read_text())["experiment"]["name"]
+        return self.config()["experiment"]["name"]
 
     def point_dir(self, point: Point) -> Path:
         return self.root / "points" / point.id
@@ -120,11 +136,15 @@ class RunStore:
     def finish(self, point: Point, summary: dict[str, Any] | None, error: str | None = None,
                wall_s: float | None = None, emulation_s: float | None = None) -> None:
         """Record how ``point`` ended; ``wall_s``: host seconds it took, ``emulation_s``:
-        seconds on the kernel's clock (they differ in an instruction-counted guest)."""
+        seconds on the kernel's clock (they differ in an instruction-counted guest).
+        Raises SummaryError, writing nothing, when ``summary`` lacks a declared metric or
+        has an undeclared column."""
         d = self.point_dir(point)
         status = json.loads((d / "status.json").read_text())
         if error is None:
             assert summary is not None
+            if self.metrics:
+                check_row(self.metrics, summary, f"{config_family(self.config())} {point.id}")
             row = {"point": point.id, "rep": point.rep, "seed": point.seed,
                    **{k: str(v) if hasattr(v, "dim") else v for k, v in point.values.items()}, **summary}
             write_json(d / "summary.json", row)
@@ -148,7 +168,11 @@ class RunStore:
 
 
 def _comparable(config: dict[str, Any]) -> dict[str, Any]:
-    return {k: config[k] for k in ("experiment", "params", "sweep", "run")}
+    out = {k: config[k] for k in ("experiment", "params", "sweep", "run")}
+    exp = dict(out["experiment"])
+    exp["family"] = config_family(config)  # a run written when it was called kind resumes too
+    exp.pop("kind", None)
+    return {**out, "experiment": exp}
 
 
 def new_run_dir(experiment: str, run_id: str, base: Path | None = None) -> Path:

@@ -10,6 +10,12 @@ Without a ``[cca]`` table hosts keep the kernel default (no profile is applied).
 Each host gets its own profile object (``profile_for``); the algorithm is the
 default of the host's network namespace, so every new socket there uses it
 (per-socket ``TCP_CONGESTION`` still overrides it for one socket).
+
+This is the one way hosts get their congestion control. Families without a profile
+parameter use the ``[cca]`` table as it is (netem-path); flow families
+(testbed.flow_family) choose every host's profile with their ``cca`` parameter and
+their own profile options, and the table may only override single hosts
+(:func:`for_family`). Either way :func:`applied` applies the selection.
 """
 
 from __future__ import annotations
@@ -57,6 +63,19 @@ class CcaSelection:
         if self.hosts:
             out["hosts"] = {h: c.to_data() for h, c in self.hosts.items()}
         return out
+
+
+def for_family(profile: str, options: dict[str, Any], table: CcaSelection | None,
+               source: str = "") -> CcaSelection:
+    """The selection of a flow family's point: ``profile`` (its ``cca`` parameter) with
+    ``options`` (the family's profile options, paper units) on every host, except the
+    hosts the ``[cca.hosts.<host>]`` tables of ``table`` name. Raises DefinitionError
+    when ``table`` also names a default profile (``[cca] profile``): the parameter
+    chooses that."""
+    if table is not None and table.default is not None:
+        raise DefinitionError("cca.profile", table.default.profile, "no [cca] profile: params.cca chooses every "
+                              "host's profile; [cca.hosts.<host>] tables may override single hosts", source)
+    return CcaSelection(Choice(profile, dict(options)), dict(table.hosts) if table is not None else {})
 
 
 def _choice(table: dict[str, Any], key: str, source: str) -> Choice:

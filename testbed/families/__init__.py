@@ -1,49 +1,52 @@
-"""Experiment kinds: the code that runs one point of an experiment definition.
+"""Experiment families: the code that runs one point of an experiment definition.
 
-A kind declares its parameters (paper units, with bounds), the kernel features a point
-needs (so the runner can choose native or guest), and ``run_point``. ``KINDS`` maps the
-``experiment.kind`` names used in definitions to classes.
+One module per family, named after it: ``e1_fattree.py`` holds family ``e1-fattree``
+(the ``experiment.family`` of a definition), a subclass of :class:`testbed.family.Family`
+(the contract). :func:`names` lists them without importing any; :func:`load` imports
+the one asked for, so ``testbed run`` and ``testbed report`` load only the family they
+need. Adding a family is adding its module here (plus its topology, analysis and
+definition files); nothing else names it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+import importlib
+import pkgutil
 
-from testbed.definition import Definition, Param
-
-if TYPE_CHECKING:
-    from testbed.runner import PointContext
-
-
-class ExperimentKind:
-    """Base class; subclasses set ``name``, ``params``, ``analysis`` and implement run_point."""
-
-    name: ClassVar[str]
-    params: ClassVar[tuple[Param, ...]]
-    analysis: ClassVar[str]  # module in the ``analysis`` package that draws the report
-    doc: ClassVar[str] = ""
-
-    @classmethod
-    def features(cls, values: dict[str, Any]) -> set[str]:
-        """Kernel features (names from testbed.features) one point with ``values`` needs."""
-        raise NotImplementedError
-
-    @classmethod
-    def check(cls, defn: Definition) -> None:
-        """Cross-parameter validation; raise DefinitionError. Default: nothing."""
-
-    @classmethod
-    def run_point(cls, ctx: "PointContext") -> dict[str, Any]:
-        """Run one point; write raw data via ``ctx``; return the summary record."""
-        raise NotImplementedError
+from testbed.errors import DefinitionError, TestbedError
+from testbed.family import Family
 
 
-def _registry() -> dict[str, type[ExperimentKind]]:
-    from testbed.kinds.e1_fattree import E1FatTree
-    from testbed.kinds.e3_leafspine import E3LeafSpine
-    from testbed.kinds.netem_path import NetemPath
-
-    return {k.name: k for k in (NetemPath, E1FatTree, E3LeafSpine)}
+class FamilyError(TestbedError):
+    """A family module breaks the contract (no or several Family classes, wrong name)."""
 
 
-KINDS: dict[str, type[ExperimentKind]] = _registry()
+def names() -> list[str]:
+    """Every family's name, from the module names of this package (nothing imported)."""
+    return sorted(m.name.replace("_", "-") for m in pkgutil.iter_modules(__path__)
+                  if not m.ispkg and not m.name.startswith("_"))
+
+
+def module_name(family: str) -> str:
+    """``e1-fattree`` -> ``testbed.families.e1_fattree``."""
+    return f"{__name__}.{family.replace('-', '_')}"
+
+
+def load(name: object, key: str = "experiment.family", source: str = "") -> type[Family]:
+    """The family class called ``name``. Raises DefinitionError (naming ``key`` and the
+    known families) for an unknown name, FamilyError for a module that defines no
+    Family subclass, several, or one whose ``name`` is not ``name``."""
+    known = names()
+    if not isinstance(name, str) or name not in known:
+        raise DefinitionError(key, name, "one of " + ", ".join(known), source)
+    module = importlib.import_module(module_name(name))
+    found = [obj for obj in vars(module).values()
+             if isinstance(obj, type) and issubclass(obj, Family) and obj.__module__ == module.__name__]
+    if len(found) != 1:
+        raise FamilyError(f"{module.__name__} defines {len(found)} Family subclasses "
+                          f"({', '.join(c.__name__ for c in found) or 'none'}); it must define one")
+    family = found[0]
+    if getattr(family, "name", None) != name:
+        raise FamilyError(f"{module.__name__}.{family.__name__}.name is {getattr(family, 'name', None)!r}; "
+                          f"the module's name makes it {name!r}")
+    return family

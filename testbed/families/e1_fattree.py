@@ -18,15 +18,22 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any
+from collections.abc import Hashable
+from typing import TYPE_CHECKING, Any
 
-from testbed.definition import Definition, Param
+from testbed.dilation import TimeDilation
 from testbed.errors import DefinitionError
-from testbed.kinds import ExperimentKind
-from testbed.net import Emulation
-from testbed.runner import PointContext
+from testbed.experiment import Definition, Param
+from testbed.family import Analysis
+from testbed.flow_family import FlowFamily, FlowPoint, TrafficPlan
+from testbed.metrics import Metric
 from testbed.units import Dim, Quantity, UnitError
-from topologies.fattree import FatTree, FatTreeSize
+
+if TYPE_CHECKING:
+    from mininet.topo import Topo
+
+    from testbed.context import PointContext
+    from testbed.traffic import Schedule, TrafficResult
 
 #: IP MTU giving 9064 B Ethernet frames (9050 + 14 B header); the paper's 9000 B payload
 #: becomes 8998 B because Linux puts 12 B of TCP timestamps in every segment
@@ -36,9 +43,8 @@ SWITCH_SYNTAX = "all-optical | hybrid:N_E (1 <= N_E <= k) | electronic, optional
 CCAS = ("saw", "sawl", "sack", "msack", "reno", "cubic")
 
 
-class E1FatTree(ExperimentKind):
+class E1FatTree(FlowFamily):
     name = "e1-fattree"
-    analysis = "e1"
     doc = "E1: fat-tree of hybrid / all-optical / electronic switches, Poisson file transfers, TCP profiles"
     params = (
         Param("k", "int", 4, "fat-tree arity (servers = k^3/4, switches = 5k^2/4)", lo=2, hi=16),
@@ -69,16 +75,45 @@ class E1FatTree(ExperimentKind):
         Param("drain", Dim.TIME, "0 s", "time after the window before agents stop (flows then incomplete)",
               lo=0, hi=3600),
     )
+    metrics = (
+        Metric("throughput_bps", "bit/s", "network throughput: payload bytes received in the window x 8 / window"),
+        Metric("offered_load", "1", "offered load: requests/s x mean file size x 8 / (servers x link rate)"),
+        Metric("flows", "count", "file transfers started"),
+        Metric("flows_completed", "count", "transfers completed"),
+        Metric("flows_incomplete", "count", "transfers still open when the agent stopped"),
+        Metric("flows_failed", "count", "transfers that failed (connect or send error)"),
+        Metric("fct_median_s", "s", "median completion time of the completed transfers"),
+        Metric("data_segments", "count", "data segments sent, retransmissions included (tcpi_data_segs_out)"),
+        Metric("retransmits", "count", "retransmitted segments (tcpi_total_retrans)"),
+        Metric("spurious_retransmits", "count", "retransmissions a DSACK confirmed spurious (lower bound)"),
+        Metric("spurious_fraction", "1", "spurious_retransmits / data_segments"),
+        Metric("retransmits_beyond_drops", "count", "retransmits minus switch drops: spurious at least"),
+        Metric("packets_switched", "count", "packets the switches handled (cut through, buffered, dropped)"),
+        Metric("packets_dropped", "count", "packets the switches dropped"),
+        Metric("loss_ratio", "1", "packets_dropped / packets_switched"),
+        Metric("oeo_fraction", "1", "buffered (OEO-converted) share of the forwarded packets"),
+        Metric("max_buffer_bytes", "B", "largest buffer occupancy of any switch"),
+        Metric("lateness_p99_s", "s", "99th percentile of the emulation's release lateness (paper time)"),
+        Metric("initial_rto_effective_s", "s", "initial RTO the kernel used (paper time; below the "
+               "requested one when x D exceeds TCP_RTO_MAX)"),
+    )
 
     @classmethod
-    def features(cls, values: dict[str, Any]) -> set[str]:
-        from testbed.cc.modules import OUR_MODULES
-        from testbed.cc.profiles import PROFILES
+    def analysis(cls) -> Analysis:
+        from analysis import e1
 
-        need = {"netns", "fq", "clsact-bpf", "btf"}
-        if PROFILES[values["cca"]].algorithm in OUR_MODULES:  # saw, sawl, sack, msack
-            need.add("modules")
-        return need
+        return e1
+
+    @classmethod
+    def topology(cls, values: dict[str, Any], tdf: TimeDilation) -> "Topo":
+        """The k-ary fat-tree of optical switches, every switch of the point's model."""
+        from topologies.fattree import FatTree
+
+        model, n_e, _ = parse_switch(values["switch"], values["k"])
+        return FatTree(k=values["k"], switch="optical",
+                       switch_opts={"model": model, "n_e": n_e, "rate_bps": values["link_rate"].si,
+                                    "tdf": tdf.factor},
+                       link_opts={"length_m": values["link_length"].si, "mtu": MTU})
 
     @classmethod
     def check(cls, defn: Definition) -> None:
@@ -115,65 +150,67 @@ class E1FatTree(ExperimentKind):
         return opts
 
     @classmethod
-    def run_point(cls, ctx: PointContext) -> dict[str, Any]:
-        from testbed.cc.selection import CcaSelection, Choice, applied
-        from testbed.traffic import BimodalLognormal, TrafficRun, Window, poisson_schedule
+    def profile_rate_bps(cls, values: dict[str, Any]) -> float:
+        return values["link_rate"].si
 
-        v, D = ctx.point.values, ctx.tdf
-        model, n_e, rto = parse_switch(v["switch"], v["k"])
-        if rto is not None:
-            v = {**v, "initial_rto": rto}
-        rate = v["link_rate"].si
-        sizes = BimodalLognormal(v["size_p_small"].si, v["size_small"].si, v["size_sigma"],
-                                 v["size_large"].si, v["size_sigma"])
-        warmup, window, drain = v["warmup"].si, v["window"].si, v["drain"].si
-        duration = warmup + window
-        size = FatTreeSize(v["k"])
+    @classmethod
+    def point_values(cls, ctx: "PointContext") -> dict[str, Any]:
+        """The point's values; ``switch = "...@RTO"`` overrides initial_rto."""
+        v = ctx.point.values
+        _, _, rto = parse_switch(v["switch"], v["k"])
+        return {**v, "initial_rto": rto} if rto is not None else v
 
-        def build() -> Emulation:
-            ctx.progress(f"building the k={v['k']} fat-tree ({size.servers} servers, {size.switches} "
-                         "switches); later points with the same k, links and D reuse it")
-            topo = FatTree(k=v["k"], switch="optical",
-                           switch_opts={"model": model, "n_e": n_e, "rate_bps": rate, "tdf": D.factor},
-                           link_opts={"length_m": v["link_length"].si, "mtu": MTU})
-            return Emulation(topo, ctx.ledger, ctx.token)
-
+    @classmethod
+    def fabric_key(cls, values: dict[str, Any], tdf: TimeDilation) -> Hashable:
         # Only the switch model differs between points of one fabric: the port model is
         # map configuration, so the namespaces, links and programs are built once.
-        emu = ctx.keep("e1-fabric", (v["k"], v["link_length"].si, rate, D.factor), build)
-        emu.optical.reconfigure(model, n_e)
-        hosts = emu.hosts()
-        for h in hosts:  # no cached ssthresh/RTT carried from an earlier point's flows
-            h.sysctl("net.ipv4.tcp_no_metrics_save", 1)
-        # Profiles hold no per-point state: points with the same CCA settings share them
-        # (a new fabric first drops the profiles kept after the old one).
-        options = cls.profile_options(v)
-        choice = Choice(v["cca"], options)
-        settings = ctx.keep("e1-profiles", (v["cca"], repr(sorted(options.items()))),
-                            lambda: applied(emu, CcaSelection(choice), D, rate))
-        ctx.write_json("profiles.json", settings)
-        algorithm = choice.make().algorithm
-        sched = poisson_schedule([h.name for h in hosts], v["load"].si, duration, sizes,
-                                 seed=ctx.point.seed, size_scale=v["size_scale"].si)
-        ctx.write_json("schedule-meta.json", {**sched.meta, "flows": len(sched)})
-        ctx.progress(f"{len(sched)} transfers over {D.time_to_emulation(duration + drain):.3g} s "
-                     f"(emulation), {v['cca']} over {model} switches")
-        with ctx.instruments(emu, count_ports=False):
-            with TrafficRun(emu, hosts, sched, algorithm, ctx.dir / "traffic", D,
-                            window=Window(warmup_s=warmup, length_s=window),
-                            duration_s=duration + drain, granularities_s=(window / 20,)) as run:
-                run.wait()
-        counters = ctx.optical_counters or []
-        res = run.result
-        if res is None:
-            from testbed.traffic import TrafficError
+        return (values["k"], values["link_length"].si, values["link_rate"].si, tdf.factor)
 
-            raise TrafficError(f"{ctx.point.id}: the traffic agent wrote no results; see {ctx.dir / 'traffic'}")
-        res.write()
-        row = summarise(res, counters, ctx, v)
+    @classmethod
+    def fabric_note(cls, values: dict[str, Any]) -> str:
+        from topologies.fattree import FatTreeSize
+
+        size = FatTreeSize(values["k"])
+        return (f"building the k={values['k']} fat-tree ({size.servers} servers, {size.switches} "
+                "switches); later points with the same k, links and D reuse it")
+
+    @classmethod
+    def prepare(cls, fp: FlowPoint) -> None:
+        model, n_e, _ = parse_switch(fp.values["switch"], fp.values["k"])
+        fp.emu.optical.reconfigure(model, n_e)
+
+    @classmethod
+    def workload(cls, fp: FlowPoint) -> "Schedule":
+        """Poisson file transfers between random server pairs (bimodal lognormal sizes)."""
+        from testbed.traffic import BimodalLognormal, poisson_schedule
+
+        v, D = fp.values, fp.ctx.tdf
+        sizes = BimodalLognormal(v["size_p_small"].si, v["size_small"].si, v["size_sigma"],
+                                 v["size_large"].si, v["size_sigma"])
+        duration = v["warmup"].si + v["window"].si
+        sched = poisson_schedule([h.name for h in fp.emu.hosts()], v["load"].si, duration, sizes,
+                                 seed=fp.ctx.point.seed, size_scale=v["size_scale"].si)
+        fp.ctx.write_json("schedule-meta.json", {**sched.meta, "flows": len(sched)})
+        model, _, _ = parse_switch(v["switch"], v["k"])
+        fp.ctx.progress(f"{len(sched)} transfers over {D.time_to_emulation(duration + v['drain'].si):.3g} s "
+                        f"(emulation), {v['cca']} over {model} switches")
+        return sched
+
+    @classmethod
+    def traffic(cls, fp: FlowPoint) -> TrafficPlan:
+        from testbed.traffic import Window
+
+        v = fp.values
+        warmup, window, drain = v["warmup"].si, v["window"].si, v["drain"].si
+        return TrafficPlan(window=Window(warmup_s=warmup, length_s=window), duration_s=warmup + window + drain,
+                           granularities_s=(window / 20,))
+
+    @classmethod
+    def summarise(cls, fp: FlowPoint, result: "TrafficResult") -> dict[str, Any]:
+        row = summarise(result, fp.ctx.optical_counters or [], fp.ctx, fp.values)
         # the initial RTO the kernel used (paper time): below the requested one when x D
         # exceeds TCP_RTO_MAX (profiles.json holds the note, the log a warning)
-        rtos = {h["init_rto"]["effective_paper_s"] for h in settings.values() if "init_rto" in h}
+        rtos = {h["init_rto"]["effective_paper_s"] for h in fp.cca.values() if "init_rto" in h}
         row["initial_rto_effective_s"] = min(rtos) if rtos else math.nan
         return row
 
@@ -208,7 +245,7 @@ def parse_switch(spec: str, k: int) -> tuple[str, int, Quantity | None]:
     return model, int(n_text), rto
 
 
-def summarise(res: Any, counters: list[dict], ctx: PointContext, v: dict[str, Any]) -> dict[str, Any]:
+def summarise(res: Any, counters: list[dict], ctx: "PointContext", v: dict[str, Any]) -> dict[str, Any]:
     """The point's summary row (paper units) from the traffic result and switch counters."""
     D = ctx.tdf
     flows = res.flows
@@ -228,6 +265,8 @@ def summarise(res: Any, counters: list[dict], ctx: PointContext, v: dict[str, An
 
         mon = json.loads(fidelity.read_text())
         lateness_p99 = D.time_to_paper(mon["p99_ns"] / 1e9) if mon.get("packets") else None
+    from topologies.fattree import FatTreeSize
+
     size = FatTreeSize(v["k"])
     mean_size = res_mean_size(v)
     offered = v["load"].si * mean_size * 8 / (size.servers * v["link_rate"].si)

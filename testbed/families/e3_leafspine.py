@@ -19,18 +19,29 @@ emulation, at least MIN_QUEUE) so that queueing delays stay the paper's.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 import statistics
-import time
+from collections.abc import Hashable, Iterator
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from testbed.definition import Definition, Param
+from testbed.dilation import TimeDilation
 from testbed.errors import DefinitionError
-from testbed.kinds import ExperimentKind
-from testbed.runner import PointContext
+from testbed.experiment import Definition, Param
+from testbed.family import Analysis
+from testbed.flow_family import FlowFamily, FlowPoint, TrafficPlan
+from testbed.metrics import Metric
 from testbed.units import Dim
-from topologies.leafspine import LeafSpineSize, host_name
+
+if TYPE_CHECKING:
+    from mininet.topo import Topo
+
+    from testbed.context import PointContext
+    from testbed.net import LinkShape
+    from testbed.traffic import Schedule, TrafficResult
+    from topologies.leafspine import LeafSpineSize
 
 SCHEDULERS = ("none", "ut", "dt", "on-demand")
 #: IP MTU; with TCP timestamps off the TCP payload is the paper's 1460 B
@@ -38,10 +49,22 @@ MTU = 1500
 MIN_QUEUE = 10
 
 
-class E3LeafSpine(ExperimentKind):
+def _class_metrics() -> tuple[Metric, ...]:
+    out = []
+    for tag, plural in (("elephant", "elephants"), ("mouse", "mice")):
+        out += [Metric(plural, "count", f"{tag} transfers of the point"),
+                Metric(f"{plural}_complete", "count", f"{tag} transfers completed"),
+                Metric(f"{tag}_throughput_mean_bps", "bit/s", f"mean throughput of the completed {tag} transfers"),
+                Metric(f"{tag}_fct_mean_s", "s", f"mean completion time of the completed {tag} transfers"),
+                Metric(f"{tag}_retrans_segs", "count", f"segments retransmitted by the {tag} transfers")]
+    return tuple(out)
+
+
+class E3LeafSpine(FlowFamily):
     name = "e3-leafspine"
-    analysis = "e3"
     doc = "E3: leaf-spine + SDN-reconfigured optical space switch; VM migrations under none/UT/DT/on-demand"
+    #: E3's points keep the files they had before congestion control became a profile
+    profiles_file = None
     params = (
         Param("scheduler", "choice", "none", "who gets the OSS: none (no direct link), ut, dt, on-demand",
               choices=SCHEDULERS),
@@ -62,130 +85,194 @@ class E3LeafSpine(ExperimentKind):
         Param("cluster_size", "int", 3, "ToRs per cluster (cluster 0 sends to cluster 1)", lo=1, hi=32),
         Param("paths", "choice", "single", "leaf-spine routing: single path per ToR pair (paper) or spread",
               choices=("single", "spread")),
-        Param("cca", "choice", "cubic", "TCP congestion control of every host (kernel name)",
-              choices=("cubic", "reno")),
+        Param("cca", "choice", "cubic", "congestion-control profile of every host (the kernel's own, "
+              "with its defaults)", choices=("cubic", "reno")),
         Param("datapath", "choice", "auto", "OVS datapath: auto (kernel if available), system, netdev",
               choices=("auto", "system", "netdev")),
         Param("timeout", Dim.TIME, "1800 s", "longest run; transfers still open are then incomplete",
               lo=1, hi=86400),
     )
+    metrics = (
+        *_class_metrics(),
+        Metric("reconfigurations", "count", "OSS reconfigurations that started during the traffic"),
+        Metric("reconfig_ms_max", "ms", "longest OSS reconfiguration (controller request to flows installed)"),
+        Metric("oss_bytes", "B", "bytes through the optical space switch (paper units)"),
+        Metric("makespan_s", "s", "time from t0 to the end of the last transfer"),
+        Metric("switch_disconnects", "count", "OpenFlow switch disconnections during the point"),
+    )
 
     @classmethod
-    def features(cls, values: dict[str, Any]) -> set[str]:
-        need = {"netns", "htb"}
-        need.add("ovs-kernel" if values["datapath"] == "system" else "ovs-userspace")
-        return need
+    def analysis(cls) -> Analysis:
+        from analysis import e3
+
+        return e3
 
     @classmethod
     def check(cls, defn: Definition) -> None:
+        super().check(defn)
         for p in defn.points():
             v = p.values
             try:
-                size = LeafSpineSize(v["spines"], v["tors"], v["hosts_per_tor"], v["cluster_size"]).check()
+                size = _size(v)
                 if v["scheduler"] in ("dt", "on-demand"):
                     plan_hosts(size, v["transfers"], v["mice_per_elephant"])
             except DefinitionError as exc:
                 raise DefinitionError(exc.key, exc.value, exc.accepted, defn.source) from None
 
     @classmethod
-    def run_point(cls, ctx: PointContext) -> dict[str, Any]:
-        from controllers.broker import OnDemandBroker
-        from controllers.fabric import Fabric
-        from controllers.e3_process import E3ControllerProcess
-        from testbed import nsops
-        from testbed.net import Emulation, LinkShape
-        from testbed.traffic import TrafficError, TrafficRun
+    def topology(cls, values: dict[str, Any], tdf: TimeDilation) -> "Topo":
+        """The leaf-spine of OVS bridges in secure fail mode (the controller decides)."""
         from topologies.leafspine import LeafSpine
 
-        v, D = ctx.point.values, ctx.tdf
-        scale = v["scale"].si
-        size = LeafSpineSize(v["spines"], v["tors"], v["hosts_per_tor"], v["cluster_size"]).check()
-        datapath = resolve_datapath(v["datapath"])
-        rate_emu = D.rate_to_emulation(v["link_rate"].si * scale)
-        shape = LinkShape(rate_bps=rate_emu, queue_packets=max(MIN_QUEUE, round(v["queue"] * scale)))
-        topo = LeafSpine(spines=size.spines, tors=size.tors, hosts_per_tor=size.hosts_per_tor,
+        size = _size(values)
+        _, shape = _links(values, tdf)
+        return LeafSpine(spines=size.spines, tors=size.tors, hosts_per_tor=size.hosts_per_tor,
                          cluster_size=size.cluster_size, switch="ovs",
-                         switch_opts={"datapath": datapath, "fail_mode": "secure"},
+                         switch_opts={"datapath": values["datapath"], "fail_mode": "secure"},
                          link_opts={"shape": shape, "mtu": MTU})
-        sched = workload(size, v)
-        ctx.write_json("workload.json", {**sched.meta, "flows": len(sched), "datapath": datapath,
-                                         "rate_emulation_bps": rate_emu, "queue_packets": shape.queue_packets})
-        ctx.progress(f"leaf-spine {size.tors} ToRs x {size.hosts_per_tor} hosts, {len(sched)} transfers, "
-                     f"{v['scheduler']}, {datapath} datapath, links {rate_emu / 1e6:.3g} Mbit/s (emulation)")
-        used = sorted(sched.hosts())
-        sse_emu = D.time_to_emulation(v["sse"].si)
-        timeout = v["timeout"].si
-        built = []
 
-        def build() -> Emulation:
-            built.append(True)
-            ctx.progress(f"building the leaf-spine ({size.tors} ToRs x {size.hosts_per_tor} hosts); later points "
-                         "with the same fabric reuse it under a new controller")
-            return Emulation(topo, ctx.ledger, ctx.token)
+    @classmethod
+    def point_values(cls, ctx: "PointContext") -> dict[str, Any]:
+        """The point's values with ``datapath = auto`` resolved (system or netdev)."""
+        v = ctx.point.values
+        return {**v, "datapath": resolve_datapath(v["datapath"])}
 
+    @classmethod
+    def fabric_key(cls, values: dict[str, Any], tdf: TimeDilation) -> Hashable:
         # Points differ in scheduler and workload only: namespaces, links and bridges are
         # built once per fabric (measured at the paper's size: a point took 43 s instead
         # of 63 s); each point gets its own controller, which deletes every flow and sets
         # every special port on connect.
-        emu = ctx.keep("e3-fabric", (size, datapath, rate_emu, shape.queue_packets), build)
-        ctx.write_json("fabric.json", {"built_for_this_point": bool(built), "datapath": datapath})
-        hosts = [emu[h] for h in used]
-        for h in hosts:
+        rate_emu, shape = _links(values, tdf)
+        return (_size(values), values["datapath"], rate_emu, shape.queue_packets)
+
+    @classmethod
+    def fabric_note(cls, values: dict[str, Any]) -> str:
+        size = _size(values)
+        return (f"building the leaf-spine ({size.tors} ToRs x {size.hosts_per_tor} hosts); later points "
+                "with the same fabric reuse it under a new controller")
+
+    @classmethod
+    def workload(cls, fp: FlowPoint) -> "Schedule":
+        v, D = fp.values, fp.ctx.tdf
+        size = _size(v)
+        rate_emu, shape = _links(v, D)
+        sched = workload(size, v)
+        fp.ctx.write_json("workload.json", {**sched.meta, "flows": len(sched), "datapath": v["datapath"],
+                                            "rate_emulation_bps": rate_emu, "queue_packets": shape.queue_packets})
+        fp.ctx.progress(f"leaf-spine {size.tors} ToRs x {size.hosts_per_tor} hosts, {len(sched)} transfers, "
+                        f"{v['scheduler']}, {v['datapath']} datapath, links {rate_emu / 1e6:.3g} Mbit/s "
+                        "(emulation)")
+        return sched
+
+    @classmethod
+    def participants(cls, fp: FlowPoint) -> list[Any]:
+        assert fp.schedule is not None
+        return [fp.emu[h] for h in sorted(fp.schedule.hosts())]
+
+    @classmethod
+    def prepare(cls, fp: FlowPoint) -> None:
+        from testbed import nsops
+
+        fp.ctx.write_json("fabric.json", {"built_for_this_point": fp.built, "datapath": fp.values["datapath"]})
+        for h in fp.hosts:
             # As in a new fabric: no neighbour entry (ARP goes through the controller
-            # again) and no TCP metrics (ssthresh, RTT) carried from an earlier point.
+            # again); the base resets the TCP metrics.
             nsops.flush_neighbours(h.netns)
-            h.sysctl("net.ipv4.tcp_no_metrics_save", 1)
             h.sysctl("net.ipv4.tcp_timestamps", 0)   # 1460 B payload in a 1500 B MTU (paper)
-        ip_of = {h.name: h.ip for h in hosts}
-        fabric = Fabric.from_emulation(emu, paths=v["paths"])
-        elephants = [(ip_of[f.src], ip_of[f.dst]) for f in sched.flows if f.tag == "elephant"]
+
+    @classmethod
+    def profile_rate_bps(cls, values: dict[str, Any]) -> float:
+        return values["link_rate"].si * values["scale"].si
+
+    @classmethod
+    def traffic(cls, fp: FlowPoint) -> TrafficPlan:
+        # until every transfer ended or the timeout (then the open ones are recorded as
+        # incomplete when the agent stops the point)
+        on_demand = fp.values["scheduler"] == "on-demand"
+        return TrafficPlan(limit_s=fp.values["timeout"].si, granularities_s=(1.0,),
+                           notify_tags=("elephant",) if on_demand else ())
+
+    @classmethod
+    @contextlib.contextmanager
+    def control(cls, fp: FlowPoint) -> Iterator[None]:
+        """The os-ken controller of the point's scheduler around the traffic; under
+        on demand the broker reserves every elephant's path first and releases each
+        when it ended (a polled timeline hook)."""
+        from controllers.broker import OnDemandBroker
+        from controllers.fabric import Fabric
+        from controllers.e3_process import E3ControllerProcess
+
+        v, D, ctx = fp.values, fp.ctx.tdf, fp.ctx
+        assert fp.schedule is not None
+        ip_of = {h.name: h.ip for h in fp.hosts}
+        fabric = Fabric.from_emulation(fp.emu, paths=v["paths"])
+        elephants = [(ip_of[f.src], ip_of[f.dst]) for f in fp.schedule.flows if f.tag == "elephant"]
+        sse_emu = D.time_to_emulation(v["sse"].si)
         # os-ken starts in seconds natively but can take a minute or more in a TCG guest
         with E3ControllerProcess(ctx.ledger, fabric, ctx.dir, scheduler=v["scheduler"], sse_s=sse_emu,
                                  elephants=elephants, ready_timeout_s=300.0) as ctl:
-            oss_before = port_bytes(emu, "oss")
+            oss_before = port_bytes(fp.emu, "oss")
             broker = None
             if v["scheduler"] == "on-demand":
-                broker = OnDemandBroker(ctl, sched, ip_of, ctx.dir / "broker.jsonl")
+                broker = OnDemandBroker(ctl, fp.schedule, ip_of, ctx.dir / "broker.jsonl")
             try:
                 if broker:
                     broker.reserve_all()
-                with ctx.instruments(emu, count_ports=False), \
-                        TrafficRun(emu, hosts, sched, v["cca"], ctx.dir / "traffic", D, granularities_s=(1.0,),
-                                   notify_tags=("elephant",) if broker else ()) as run:
-                    # until every transfer ended or the timeout (then the open ones
-                    # are recorded as incomplete when the agent stops the point)
-                    deadline = time.monotonic() + D.time_to_emulation(timeout)
-                    while True:
-                        done = run.poll(0.05)
-                        if broker:
-                            broker.poll(run.ended_flows())
-                        if done or time.monotonic() > deadline:
-                            break
+                    fp.timeline.poll(lambda run: broker.poll(run.ended_flows()))
+                yield
             finally:
                 if broker:
                     broker.close()
-            oss_bytes = port_bytes(emu, "oss") - oss_before
-            reconfigs = ctl.reconfigurations()
-            lost = [e for e in ctl.switch_events() if e["event"] == "disconnected"]
+            fp.measured["oss_bytes"] = port_bytes(fp.emu, "oss") - oss_before
+            fp.measured["reconfigs"] = ctl.reconfigurations()
+            fp.measured["lost"] = [e for e in ctl.switch_events() if e["event"] == "disconnected"]
+
+    @classmethod
+    def summarise(cls, fp: FlowPoint, result: "TrafficResult") -> dict[str, Any]:
+        lost = fp.measured["lost"]
         if lost:
-            ctx.progress(f"warning: {len(lost)} switch disconnect(s) during the point "
-                         f"({', '.join(sorted({e['switch'] for e in lost}))}); see switch-events.jsonl")
-        res = run.result
-        if res is None:
-            raise TrafficError(f"{ctx.point.id}: the traffic agent wrote no results; see {ctx.dir / 'traffic'}")
-        res.write()
-        rows = transfer_rows(res.flows, scale)
-        ctx.write_csv("transfers.csv", rows)
-        return {**summarise(rows, reconfigs, oss_bytes / scale, run.t0, D), "switch_disconnects": len(lost)}
+            fp.ctx.progress(f"warning: {len(lost)} switch disconnect(s) during the point "
+                            f"({', '.join(sorted({e['switch'] for e in lost}))}); see switch-events.jsonl")
+        scale = fp.values["scale"].si
+        rows = transfer_rows(result.flows, scale)
+        fp.ctx.write_csv("transfers.csv", rows)
+        assert fp.run is not None
+        return {**summarise(rows, fp.measured["reconfigs"], fp.measured["oss_bytes"] / scale, fp.run.t0,
+                            fp.ctx.tdf), "switch_disconnects": len(lost)}
+
+
+def _size(v: dict[str, Any]) -> "LeafSpineSize":
+    """The checked leaf-spine size of values ``v`` (raises DefinitionError)."""
+    from topologies.leafspine import LeafSpineSize
+
+    return LeafSpineSize(v["spines"], v["tors"], v["hosts_per_tor"], v["cluster_size"]).check()
+
+
+def _links(v: dict[str, Any], tdf: TimeDilation) -> tuple[float, "LinkShape"]:
+    """Every link's emulation rate (bit/s: paper rate x scale / D) and shape (queue
+    limits scale with the rate, at least MIN_QUEUE packets)."""
+    from testbed.net import LinkShape
+
+    scale = v["scale"].si
+    rate_emu = tdf.rate_to_emulation(v["link_rate"].si * scale)
+    return rate_emu, LinkShape(rate_bps=rate_emu, queue_packets=max(MIN_QUEUE, round(v["queue"] * scale)))
 
 
 def resolve_datapath(choice: str) -> str:
     """``auto``: the kernel datapath where the kernel has it (the guest), else userspace."""
     if choice != "auto":
         return choice
-    from testbed.features import probe_all
+    return "system" if _ovs_kernel_ok() else "netdev"
 
-    return "system" if probe_all()["ovs-kernel"].ok else "netdev"
+
+@functools.cache
+def _ovs_kernel_ok() -> bool:
+    """Whether this kernel has OVS's kernel datapath: probed once per run (process),
+    and only that feature."""
+    from testbed.features import Feature, probe_all
+
+    return probe_all([Feature.OVS_KERNEL])[Feature.OVS_KERNEL].ok
 
 
 def plan_hosts(size: LeafSpineSize, transfers: int, mice_per_elephant: int) -> dict[str, int]:
@@ -213,6 +300,7 @@ def workload(size: LeafSpineSize, v: dict[str, Any]) -> Any:
     first, one host each while hosts last (else round-robin over the ToR's elephant or
     mouse hosts, plan_hosts), the receiver being the same host index on the peer ToR."""
     from testbed.traffic import Schedule, migration_batch
+    from topologies.leafspine import host_name
 
     a, b = size.cluster_tors(0), size.cluster_tors(1)
     base = migration_batch(a, b, v["transfers"], mice_per_elephant=v["mice_per_elephant"],

@@ -11,17 +11,20 @@ import json
 import re
 import statistics
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from testbed.cc.selection import applied
-from testbed.definition import Definition, Param
-from testbed.errors import DefinitionError, TestbedError
-from testbed.kinds import ExperimentKind
-from testbed.net import Emulation, LinkShape
-from testbed.runner import PointContext
-from testbed.units import Dim
-from topologies.path import TwoHostPath
 from testbed import hostclock
+from testbed.dilation import TimeDilation
+from testbed.errors import DefinitionError, TestbedError
+from testbed.experiment import Definition, Param
+from testbed.family import Analysis, Family
+from testbed.metrics import Metric
+from testbed.units import Dim
+
+if TYPE_CHECKING:
+    from mininet.topo import Topo
+
+    from testbed.context import PointContext
 
 IPERF_PORT = 5201
 
@@ -30,9 +33,8 @@ class MeasurementError(TestbedError):
     """A measurement tool failed or produced no data."""
 
 
-class NetemPath(ExperimentKind):
+class NetemPath(Family):
     name = "netem-path"
-    analysis = "netem_path"
     doc = "two hosts over one HTB+netem shaped link: ping RTT and iperf3 throughput"
     params = (
         Param("delay", Dim.TIME, "10 ms", "one-way delay added in each direction (netem)", lo=0, hi=10.0),
@@ -47,15 +49,33 @@ class NetemPath(ExperimentKind):
               lo=0.0, hi=600.0),
         Param("pings", "int", 20, "RTT samples per point", lo=1, hi=100_000),
     )
+    metrics = (
+        Metric("rtt_min_s", "s", "smallest ping RTT"),
+        Metric("rtt_median_s", "s", "median ping RTT"),
+        Metric("rtt_mean_s", "s", "mean ping RTT"),
+        Metric("rtt_max_s", "s", "largest ping RTT"),
+        Metric("ping_loss", "1", "share of pings without a reply"),
+        Metric("throughput_bps", "bit/s", "iperf3 bulk TCP throughput (received, after the omitted start)"),
+        Metric("retransmits", "count", "retransmitted segments of the iperf3 sender"),
+        Metric("bytes", "B", "bytes iperf3 received"),
+    )
 
     @classmethod
-    def features(cls, values: dict[str, Any]) -> set[str]:
-        need = {"netns", "htb", "clsact-bpf"}
-        if values["delay"].si > 0 or values["loss"].si > 0:
-            need.add("netem")
-        if values["switch"] == "ovs":
-            need.add("ovs-kernel" if values["datapath"] == "system" else "ovs-userspace")
-        return need
+    def analysis(cls) -> Analysis:
+        from analysis import netem_path
+
+        return netem_path
+
+    @classmethod
+    def topology(cls, values: dict[str, Any], tdf: TimeDilation) -> "Topo":
+        """h1 -- h2, or h1 -- s1 -- h2, the h1 link shaped (emulation units)."""
+        from testbed.net import LinkShape
+        from topologies.path import TwoHostPath
+
+        shape = LinkShape(rate_bps=tdf.rate_to_emulation(values["rate"].si),
+                          delay_s=tdf.time_to_emulation(values["delay"].si), loss=values["loss"].si,
+                          queue_packets=values["queue"])
+        return TwoHostPath(shape=shape, switch=values["switch"], datapath=values["datapath"])
 
     @classmethod
     def check(cls, defn: Definition) -> None:
@@ -65,13 +85,12 @@ class NetemPath(ExperimentKind):
                                       f"a time shorter than duration ({p.values['duration']})", defn.source)
 
     @classmethod
-    def run_point(cls, ctx: PointContext) -> dict[str, Any]:
+    def run_point(cls, ctx: "PointContext") -> dict[str, Any]:
+        from testbed.cc.selection import applied
+        from testbed.net import Emulation
+
         v, D = ctx.point.values, ctx.tdf
-        shape = LinkShape(rate_bps=D.rate_to_emulation(v["rate"].si),
-                          delay_s=D.time_to_emulation(v["delay"].si), loss=v["loss"].si,
-                          queue_packets=v["queue"])
-        topo = TwoHostPath(shape=shape, switch=v["switch"], datapath=v["datapath"])
-        with Emulation(topo, ctx.ledger, ctx.token) as emu, \
+        with Emulation(cls.topology(v, D), ctx.ledger, ctx.token) as emu, \
                 applied(emu, ctx.defn.cca, D, v["rate"].si) as cca:
             ctx.write_json("cca.json", cca)
             h1, h2 = emu["h1"], emu["h2"]

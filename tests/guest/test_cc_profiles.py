@@ -49,7 +49,7 @@ from testbed.cc import modules
 from testbed.cc.selection import CcaSelection, Choice, applied
 from testbed.cc.trace import CwndTracer, Sample, netns_inode, per_socket, write_csv
 from testbed.dilation import TimeDilation
-from testbed.kinds.netem_path import wait_listening
+from testbed.families.netem_path import wait_listening
 from testbed.ledger import Ledger
 from testbed.net import Emulation, LinkShape
 from topologies.path import TwoHostPath

@@ -16,7 +16,7 @@ from mininet.topo import Topo
 
 from helpers import REPO, require_features, require_root, run_testbed
 from testbed import cmd
-from testbed.kinds.netem_path import IPERF_PORT, parse_iperf3, wait_listening
+from testbed.families.netem_path import IPERF_PORT, parse_iperf3, wait_listening
 from testbed.ledger import Ledger
 from testbed.nsops import netns_exists
 from testbed.net import Emulation, LinkShape

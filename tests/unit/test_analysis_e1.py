@@ -8,6 +8,10 @@ import pytest
 
 from analysis import e1, findings
 from analysis.e1_findings import evaluate
+from testbed.families.e1_fattree import E1FatTree
+
+#: every metric E1 declares, not measured (summary.csv always has them all)
+UNMEASURED = {m.name: float("nan") for m in E1FatTree.metrics}
 
 
 def summary() -> pd.DataFrame:
@@ -17,7 +21,7 @@ def summary() -> pd.DataFrame:
             for load in ("1000 /s", "10000 /s"):
                 for rep, thr in enumerate((1e9, 3e9)):
                     rows.append({"cca": cca, "switch": sw, "initial_rto": rto, "load": load,
-                                 "link_length": "10 m", "rep": rep, "throughput_bps": thr,
+                                 "link_length": "10 m", "rep": rep, **UNMEASURED, "throughput_bps": thr,
                                  "loss_ratio": 0.1 * rep, "oeo_fraction": 0.5, "max_buffer_bytes": 2e5})
     return pd.DataFrame(rows)
 
@@ -157,11 +161,28 @@ def test_report_shows_the_findings_first(tmp_path):
     frame = pd.DataFrame(rows("saw", "all-optical", {10000: 5, 300000: 10}) + rows("saw", "hybrid:2",
                                                                                   {10000: 5, 300000: 21}))
     frame.insert(0, "point", [f"p{i:04d}" for i in range(len(frame))])
+    frame = frame.assign(**{k: v for k, v in UNMEASURED.items() if k not in frame})
     frame.to_csv(tmp_path / "summary.csv", index=False)
-    (tmp_path / "config.json").write_text(json.dumps({"experiment": {"name": "e1-test", "kind": "e1-fattree"},
+    (tmp_path / "config.json").write_text(json.dumps({"experiment": {"name": "e1-test", "family": "e1-fattree"},
                                                       "run": {"tdf": 10000}}))
     page = generate(tmp_path).read_text()
     title = html.escape(findings.TITLE)
     assert page.index(title) < page.index("<img") < page.index("Network throughput per configuration")
     assert "class='verdict v-holds'" in page and page.count(title) == 1
     assert "F1a-saw" in (tmp_path / "report" / "findings.md").read_text()
+    assert "family <code>e1-fattree</code>" in page
+
+
+def test_report_names_a_declared_metric_missing_from_the_summary(tmp_path):
+    """A summary.csv without a declared metric is an error naming it, not a missing curve."""
+    from analysis.report import generate
+    from testbed.metrics import SummaryError
+
+    frame = pd.DataFrame(rows("saw", "all-optical", {10000: 5})).assign(
+        **{k: v for k, v in UNMEASURED.items() if k != "oeo_fraction"}).drop(columns="oeo_fraction")
+    frame.to_csv(tmp_path / "summary.csv", index=False)
+    (tmp_path / "config.json").write_text(json.dumps({"experiment": {"name": "e1-test", "kind": "e1-fattree"},
+                                                      "run": {"tdf": 10000}}))
+    with pytest.raises(SummaryError, match=r"no column\(s\) oeo_fraction,? ") as exc:
+        generate(tmp_path)
+    assert str(tmp_path / "summary.csv") in str(exc.value)

@@ -72,7 +72,7 @@ def test_module_parameter_bounds_mirror_the_kernel_modules():
 
 
 def test_definition_cca_table_with_per_host_override():
-    raw = {"experiment": {"name": "t", "kind": "netem-path"},
+    raw = {"experiment": {"name": "t", "family": "netem-path"},
            "cca": {"profile": "msack", "hosts": {"h2": {"profile": "sack", "init_rto": "1 s"}}}}
     defn = validate(raw)
     assert defn.cca.choice_for("h1").profile == "msack"
@@ -81,13 +81,13 @@ def test_definition_cca_table_with_per_host_override():
     with pytest.raises(DefinitionError) as exc:
         validate({**raw, "cca": {"profile": "sack", "hosts": {"h2": {"profile": "vegas"}}}})
     assert exc.value.key == "cca.hosts.h2.profile"
-    assert validate({"experiment": {"name": "t", "kind": "netem-path"}}).cca is None
+    assert validate({"experiment": {"name": "t", "family": "netem-path"}}).cca is None
 
 
 def test_manifest_records_effective_settings():
     from testbed import manifest
 
-    defn = validate({"experiment": {"name": "t", "kind": "netem-path"}, "run": {"tdf": 20},
+    defn = validate({"experiment": {"name": "t", "family": "netem-path"}, "run": {"tdf": 20},
                      "cca": {"profile": "saw", "hosts": {"h2": {"profile": "reno"}}}})
     rec = manifest.congestion_control(defn)
     assert rec["selection"]["profile"] == "saw"
@@ -197,7 +197,7 @@ def test_undilated_kernel_timers_are_listed_in_paper_time():
 
 
 def test_e1_passes_initial_window_and_refuses_it_for_saw():
-    from testbed.kinds.e1_fattree import E1FatTree, retransmission_columns
+    from testbed.families.e1_fattree import E1FatTree, retransmission_columns
 
     base = {"initial_rto": "1 ms", "sawl_p": 4, "initial_window": 3}
     assert E1FatTree.profile_options({**base, "cca": "sack"})["initial_window"] == 3
@@ -205,7 +205,7 @@ def test_e1_passes_initial_window_and_refuses_it_for_saw():
     assert "initial_window" not in E1FatTree.profile_options({**base, "cca": "saw"})
     for cca in ("saw", "sawl", "sack", "msack", "reno", "cubic"):
         profiles.make(cca, E1FatTree.profile_options({**base, "cca": cca}))  # accepted options
-    raw = {"experiment": {"name": "t", "kind": "e1-fattree"}, "params": {"cca": "saw", "initial_window": 2}}
+    raw = {"experiment": {"name": "t", "family": "e1-fattree"}, "params": {"cca": "saw", "initial_window": 2}}
     with pytest.raises(DefinitionError) as exc:
         validate(raw)
     assert exc.value.key == "params.initial_window" and "1..1000" in exc.value.accepted

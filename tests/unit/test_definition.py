@@ -14,7 +14,7 @@ from testbed.errors import DefinitionError
 GOOD = """
 [experiment]
 name = "t"
-kind = "netem-path"
+family = "netem-path"
 [params]
 delay = "10 ms"
 [sweep]
@@ -49,13 +49,14 @@ def test_overrides(tmp_path):
 
 
 @pytest.mark.parametrize("edit,key,needle", [
-    (("[params]\n", "[params]\nspeed = \"1 s\"\n"), "params.speed", "parameters of kind"),
+    (("[params]\n", "[params]\nspeed = \"1 s\"\n"), "params.speed", "parameters of family"),
     (("delay = \"10 ms\"", "delay = \"10\""), "params.delay", "missing unit"),
     (("delay = \"10 ms\"", "delay = 10"), "params.delay", "needs a unit"),
     (("rate = [\"20 Mbit/s\"", "rate = [\"-20 Mbit/s\""), "sweep.rate[0]", "> 0 bit/s"),
     (("tdf = 2", "tdf = 0.5"), "run.tdf", ">= 1"),
     (("name = \"t\"", "name = \"t; rm -rf /\""), "experiment.name", "[a-z0-9_.-]"),
-    (("kind = \"netem-path\"", "kind = \"nope\""), "experiment.kind", "one of"),
+    (("family = \"netem-path\"", "family = \"nope\""), "experiment.family", "one of e1-fattree, "),
+    (("family = \"netem-path\"", "kind = \"netem-path\""), "experiment.kind", "now experiment.family"),
     (("[run]", "[bogus]\nx = 1\n[run]"), "bogus", "sections"),
     (("reps = 3", "reps = 0"), "run.reps", ">= 1"),
 ])

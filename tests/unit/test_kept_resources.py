@@ -4,7 +4,7 @@ import contextlib
 
 import pytest
 
-from testbed.runner import KeptResources
+from testbed.context import KeptResources
 
 
 def _tracked(log: list[str], name: str, fail_close: bool = False):

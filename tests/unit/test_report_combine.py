@@ -1,4 +1,4 @@
-"""`testbed report RUN... --out DIR`: one report over several results folders of a kind
+"""`testbed report RUN... --out DIR`: one report over several results folders of a family
 (the E1 findings subset is four folders, one per block)."""
 
 from __future__ import annotations
@@ -12,15 +12,19 @@ import pandas as pd
 import pytest
 
 from analysis.report import SOURCES, CombineError, combine
+from testbed.families.e1_fattree import E1FatTree
 
 
-def _run(root: Path, name: str, kind: str, cca: str, switches: tuple[str, ...], thr: float) -> Path:
+def _run(root: Path, name: str, family: str, cca: str, switches: tuple[str, ...], thr: float,
+         key: str = "family") -> Path:
+    """A results folder; ``key`` "kind" writes config.json as runs did before families."""
     run = root / name
     run.mkdir(parents=True)
-    (run / "config.json").write_text(json.dumps({"experiment": {"name": "e1-paper", "kind": kind},
+    (run / "config.json").write_text(json.dumps({"experiment": {"name": "e1-paper", key: family},
                                                  "run": {"tdf": 10000}}))
+    metrics = {m.name: float("nan") for m in E1FatTree.metrics}
     rows = [{"cca": cca, "switch": sw, "initial_rto": "1 ms", "load": "20000 /s", "link_length": "10 m",
-             "k": 4, "size_scale": "1 %", "rep": rep, "throughput_bps": thr * (1 + 0.01 * rep),
+             "k": 4, "size_scale": "1 %", "rep": rep, **metrics, "throughput_bps": thr * (1 + 0.01 * rep),
              "loss_ratio": 0.01, "oeo_fraction": 0.2, "max_buffer_bytes": 1e5}
             for sw in switches for rep in range(3)]
     pd.DataFrame(rows).to_csv(run / "summary.csv", index=False)
@@ -28,7 +32,7 @@ def _run(root: Path, name: str, kind: str, cca: str, switches: tuple[str, ...], 
 
 
 def test_combined_report_judges_a_finding_whose_groups_are_in_different_runs(tmp_path):
-    a = _run(tmp_path, "A", "e1-fattree", "saw", ("hybrid:2",), 10e9)
+    a = _run(tmp_path, "A", "e1-fattree", "saw", ("hybrid:2",), 10e9, key="kind")  # an older run
     b = _run(tmp_path, "B", "e1-fattree", "sawl", ("hybrid:2",), 15e9)
     index = combine([a, b], tmp_path / "combined")
     assert index.exists()
@@ -39,14 +43,16 @@ def test_combined_report_judges_a_finding_whose_groups_are_in_different_runs(tmp
     assert sorted(set(summary["run"])) == ["A", "B"] and len(summary) == 6
     sources = json.loads((tmp_path / "combined" / SOURCES).read_text())
     assert [s["folder"] for s in sources] == [str(a), str(b)]
+    assert {s["family"] for s in sources} == {"e1-fattree"}
+    assert json.loads((tmp_path / "combined" / "config.json").read_text())["experiment"]["family"] == "e1-fattree"
     # a second combine over the same folder replaces it
     combine([a, b], tmp_path / "combined")
 
 
-def test_combine_refuses_mixed_kinds_and_never_overwrites_a_run(tmp_path):
+def test_combine_refuses_mixed_families_and_never_overwrites_a_run(tmp_path):
     a = _run(tmp_path, "A", "e1-fattree", "saw", ("hybrid:2",), 10e9)
     c = _run(tmp_path, "C", "e3-leafspine", "saw", ("hybrid:2",), 10e9)
-    with pytest.raises(CombineError, match="different kinds"):
+    with pytest.raises(CombineError, match="different families"):
         combine([a, c], tmp_path / "x")
     b = _run(tmp_path, "B", "e1-fattree", "sawl", ("hybrid:2",), 15e9)
     with pytest.raises(CombineError, match="not a combined report"):

@@ -6,7 +6,7 @@ from testbed import definition
 from testbed.errors import ResultsError
 from testbed.results import RunStore, atomic_write
 
-DEF = {"experiment": {"name": "t", "kind": "netem-path"}, "sweep": {"rate": ["1 Mbit/s", "2 Mbit/s"]},
+DEF = {"experiment": {"name": "t", "family": "netem-path"}, "sweep": {"rate": ["1 Mbit/s", "2 Mbit/s"]},
        "run": {"reps": 2}}
 
 

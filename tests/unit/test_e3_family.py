@@ -1,4 +1,4 @@
-"""E3 kind without root: definitions, the workload placement, the topology, the analysis."""
+"""E3 family without root: definitions, the workload placement, the topology, the analysis."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import pytest
 from analysis import e3 as analysis
 from testbed.definition import load
 from testbed.errors import DefinitionError
-from testbed.kinds import KINDS
-from testbed.kinds.e3_leafspine import plan_hosts, workload
+from testbed.families.e3_leafspine import E3LeafSpine, plan_hosts, workload
 from testbed.units import Dim, Quantity
 from topologies.leafspine import LeafSpine, LeafSpineSize
 
@@ -20,8 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def values(**over):
-    kind = KINDS["e3-leafspine"]
-    v = {p.name: p.parse(p.default, p.name) for p in kind.params}
+    v = {p.name: p.parse(p.default, p.name) for p in E3LeafSpine.params}
     v.update(over)
     return v
 
@@ -69,7 +67,7 @@ def test_topology_counts_and_special_links():
 def test_demo_and_paper_definitions_validate():
     for name in ("e3-demo", "e3-paper"):
         defn = load(str(REPO / "experiments" / f"{name}.toml"))
-        assert defn.kind == "e3-leafspine" and defn.points()
+        assert defn.family == "e3-leafspine" and defn.points()
 
 
 def test_analysis_tables_in_the_paper_layout(tmp_path):
@@ -83,7 +81,7 @@ def test_analysis_tables_in_the_paper_layout(tmp_path):
                       {"id": 1, "tag": "mouse", "status": "complete", "fct_s": 10.0, "throughput_bps": 2e8}]
                      ).to_csv(points / pid / "transfers.csv", index=False)
         rows.append({"point": pid, "scheduler": sched, "transfers": n, "sse": "10 s", "rep": rep, "scale": "1 %",
-                     "elephant_throughput_mean_bps": e_thr, "elephant_fct_mean_s": 24e9 / e_thr,
+                     **{m.name: 0 for m in E3LeafSpine.metrics}, "elephant_throughput_mean_bps": e_thr, "elephant_fct_mean_s": 24e9 / e_thr,
                      "mouse_throughput_mean_bps": 2e8, "mouse_fct_mean_s": 10.0})
     out = tmp_path / "report"
     out.mkdir()

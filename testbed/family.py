@@ -1,0 +1,161 @@
+"""The family contract: what every experiment family declares and implements.
+
+A family (``testbed/families/<name>.py``, e.g. ``e1_fattree.py`` for ``e1-fattree``)
+is a :class:`Family` subclass declaring
+
+- ``params``: its parameters (:class:`~testbed.experiment.Param`, paper units, bounds);
+- ``metrics``: its summary columns (:class:`~testbed.metrics.Metric`, with units),
+  checked when a point's summary is written and when the report reads summary.csv;
+- :meth:`Family.topology`: what it builds for a point (a Mininet ``Topo``), from which
+  its kernel features (:meth:`Family.features`) and the links ``--pcap`` may name are
+  derived before anything is created;
+- :meth:`Family.analysis`: its analysis module (imported there, so a run never
+  imports pandas or matplotlib), which implements :class:`Analysis`;
+- :meth:`Family.check` for cross-parameter rules and :meth:`Family.run_point`.
+
+Flow experiments (hosts exchanging TCP transfers over a fabric) derive from
+:class:`testbed.flow_family.FlowFamily`, which owns their shared steps. The registry
+is :mod:`testbed.families`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from testbed.dilation import TimeDilation
+from testbed.errors import DefinitionError
+from testbed.experiment import Definition, Param
+from testbed.features import Feature
+from testbed.metrics import Metric
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from mininet.topo import Topo
+
+    from testbed.context import PointContext
+
+
+class Analysis(Protocol):
+    """What a family's analysis module (``analysis/<module>.py``) provides."""
+
+    def analyse(self, summary: "pd.DataFrame", config: dict[str, Any],
+                out: Path) -> tuple[list[Path], list[tuple[str, "pd.DataFrame"]]]:
+        """Figures written into ``out`` (the report folder) and titled tables, from
+        ``summary`` (summary.csv, its declared metrics checked) and ``config``
+        (config.json)."""
+        ...
+
+
+class Family:
+    """Base class of every family; see the module docstring."""
+
+    name: ClassVar[str]
+    doc: ClassVar[str] = ""
+    params: ClassVar[tuple[Param, ...]]
+    metrics: ClassVar[tuple[Metric, ...]]
+    #: the instruments count packets and bytes on every host port (ports.csv), which
+    #: needs clsact + BPF
+    count_ports: ClassVar[bool] = True
+
+    @classmethod
+    def analysis(cls) -> Analysis:
+        """The analysis module; its import lives here so that runs do not import it."""
+        raise NotImplementedError
+
+    @classmethod
+    def topology(cls, values: dict[str, Any], tdf: TimeDilation) -> "Topo | None":
+        """What one point with ``values`` builds, not built yet (None: nothing)."""
+        return None
+
+    @classmethod
+    def features(cls, values: dict[str, Any], tdf: TimeDilation) -> set[Feature]:
+        """Kernel features one point with ``values`` needs: by default those of its
+        topology's nodes and links, and clsact + BPF when the instruments count ports."""
+        topo = cls.topology(values, tdf)
+        need = topology_features(topo) if topo is not None else set()
+        if cls.count_ports:
+            need.add(Feature.CLSACT_BPF)
+        return need
+
+    @classmethod
+    def check(cls, defn: Definition) -> None:
+        """Cross-parameter validation; raise DefinitionError. Default: nothing."""
+
+    @classmethod
+    def check_links(cls, defn: Definition, links: Iterable[str], key: str = "--pcap") -> None:
+        """Raise DefinitionError (``key``) for a link name that some point's topology
+        lacks, listing that topology's links."""
+        wanted = list(links)
+        if not wanted:
+            return
+        for topo in cls.topologies(defn):
+            names = link_names(topo) if topo is not None else []
+            for link in wanted:
+                if link not in names:
+                    shown = ", ".join(names[:40]) + (f", ... ({len(names)} links)" if len(names) > 40 else "")
+                    raise DefinitionError(key, link, f"a link of this topology: {shown or 'none'}", defn.source)
+
+    @classmethod
+    def topologies(cls, defn: Definition) -> Iterator["Topo | None"]:
+        """The topology of each point of ``defn``, one per distinct set of values that
+        shapes it (repetitions share theirs)."""
+        seen: set[str] = set()
+        for p in defn.points():
+            key = repr(sorted((k, str(v)) for k, v in p.values.items()))
+            if key not in seen:
+                seen.add(key)
+                yield cls.topology(p.values, defn.tdf)
+
+    @classmethod
+    def run_point(cls, ctx: "PointContext") -> dict[str, Any]:
+        """Run one point; write raw data via ``ctx``; return the summary row (exactly the
+        declared metrics)."""
+        raise NotImplementedError
+
+
+def link_names(topo: "Topo") -> list[str]:
+    """The names ``testbed.net.Emulation`` gives the links of ``topo`` ("a-b", in its
+    build order), e.g. for ``--pcap``."""
+    return [f"{a}-{b}" for a, b in topo.links(sort=True, withKeys=False)]
+
+
+def topology_features(topo: "Topo") -> set[Feature]:
+    """Kernel features the nodes and links of ``topo`` need: network namespaces for
+    its nodes, its switch classes' (:data:`SWITCH_FEATURES`), HTB for a link shape
+    with a rate and netem for one with delay or loss. Raises DefinitionError for a
+    switch class without an entry."""
+    need = {Feature.NETNS}
+    for name in topo.switches():
+        info = dict(topo.nodeInfo(name))
+        cls_name = str(info.get("cls", "bridge"))
+        if cls_name not in SWITCH_FEATURES:
+            raise DefinitionError(f"switch {name}", cls_name, "a switch class with kernel features declared in "
+                                  "testbed.family.SWITCH_FEATURES: " + ", ".join(sorted(SWITCH_FEATURES)))
+        need |= SWITCH_FEATURES[cls_name](info)
+    for _, _, info in topo.links(sort=True, withKeys=False, withInfo=True):
+        for key in ("shape", "shape1", "shape2"):
+            shape = info.get(key)
+            if shape is None:
+                continue
+            if shape.rate_bps:
+                need.add(Feature.HTB)
+            if shape.needs_netem:
+                need.add(Feature.NETEM)
+    return need
+
+
+def _ovs_features(info: dict[str, Any]) -> set[Feature]:
+    # "system" is OVSSwitch's default; anything else (netdev, or "auto" before it is
+    # resolved at run time) needs at least the userspace datapath
+    return {Feature.OVS_KERNEL if info.get("datapath", "system") == "system" else Feature.OVS_USERSPACE}
+
+
+#: switch class (topology ``cls``, testbed.net.SWITCH_CLASSES) -> its kernel features
+SWITCH_FEATURES: dict[str, Any] = {
+    "bridge": lambda info: set(),
+    "ovs": _ovs_features,
+    # eBPF port model and forwarding on clsact, fq releasing at the stamped time, BTF maps
+    "optical": lambda info: {Feature.FQ, Feature.CLSACT_BPF, Feature.BTF},
+}
