@@ -34,13 +34,9 @@ def _prog_ns(prog: str, model: str, repeat: int = 100000, runs: int = 5) -> list
         ports = [layout.PortConfig(layout.ps_per_byte(10e9)) for _ in range(4)]
         fabric.configure_node(pin, 0, model, 2 if model == "hybrid" else 0, ports)
         fabric.set_routes(pin, {(0, "10.0.0.2"): [0, 1, 2, 3]})
-        out = []
-        for _ in range(runs):
-            args = ["test-run", "--obj", str(bpf.object_path("optswitch")), "--prog", prog,
-                    "--pin-dir", str(pin), "--packet", "1514", "--repeat", str(repeat),
-                    "--set", "tb_node_id=0", "--set", "tb_is_switch=1", "--set", "tb_test_mode=1"]
-            out.append(float(bpf._json_line(args, bpf._run_loader(args))["duration_ns"]))
-        return out
+        res = bpf.prog_test_run("optswitch", prog, pin, rodata={"tb_node_id": 0, "tb_is_switch": 1, "tb_test_mode": 1},
+                                data=bpf.udp_frame(1514), repeat=repeat, runs=runs)
+        return [float(r["duration_ns"]) for r in res]
     finally:
         bpf.remove_pin_dir(pin)
 

@@ -153,11 +153,12 @@ def test_concurrent_runs_on_one_key_lose_no_counts(pin_dir):
     """Four loaders hammer one (new) key at once on several CPUs: sums stay exact."""
     procs, repeat, length = 4, 3_000_000, 80
     bpf.ensure_bpffs()
-    argv = [str(bpf.loader_path()), "test-run", "--obj", str(bpf.object_path("portstat")),
-            "--prog", "portstat", "--pin-dir", str(pin_dir), "--set", "tb_node_id=9",
-            "--set", "tb_port_id=9", "--packet", str(length), "--repeat", str(repeat)]
-    # Create the shared map first so no loader races another one to pin it.
-    subprocess.run([*argv[:-1], "1"], check=True, capture_output=True)
+    # One load pins the program (and creates the shared map); four loaders run it.
+    prog_dir = pin_dir / "progs" / "shared"
+    frame = bpf.udp_frame(length).hex()
+    bpf.Batch().load(bpf.object_path("portstat"), pin_dir, prog_dir=prog_dir,
+                     rodata={"tb_node_id": 9, "tb_port_id": 9}).test_run("@portstat", data=bytes.fromhex(frame)).run()
+    argv = [str(bpf.loader_path()), "test-run", str(prog_dir / "portstat"), str(repeat), frame, "-"]
     running = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
                for _ in range(procs)]
     for p in running:
@@ -178,24 +179,57 @@ def test_pin_dir_is_recorded_in_the_ledger_once(pin_dir):
 
 @needs_bpf
 def test_loader_errors_name_the_failing_step(pin_dir):
-    obj = str(bpf.object_path("portstat"))
-    base = ["test-run", "--obj", obj, "--prog", "portstat", "--pin-dir", str(pin_dir),
-            "--packet", "64"]
-    with pytest.raises(CommandError, match="no variable 'nosuch'"):
-        bpf._run_loader([*base, "--set", "nosuch=1"])
+    obj = bpf.object_path("portstat")
+    frame = bpf.udp_frame(64)
+
+    def load_and_run(rodata: dict, prog: str = "@portstat", pin: Path = pin_dir) -> None:
+        bpf.Batch().load(obj, pin, rodata=rodata).test_run(prog, data=frame).run()
+
+    with pytest.raises(CommandError, match="line 1 \\(load\\).*no variable 'nosuch'"):
+        load_and_run({"nosuch": 1})
     with pytest.raises(CommandError, match="does not fit variable 'tb_port_id'"):
-        bpf._run_loader([*base, "--set", "tb_port_id=65536"])
-    with pytest.raises(CommandError, match="no program 'nosuch'"):
-        bpf._run_loader(["test-run", "--obj", obj, "--prog", "nosuch", "--pin-dir",
-                         str(pin_dir), "--packet", "64"])
+        load_and_run({"tb_port_id": 65536})
+    with pytest.raises(CommandError, match="line 2 \\(test-run\\): no program 'nosuch'"):
+        load_and_run({}, "@nosuch")
     with pytest.raises(CommandError, match="not on a bpf filesystem"):
-        bpf._run_loader(["test-run", "--obj", obj, "--prog", "portstat", "--pin-dir",
-                         "/tmp", "--packet", "64"])
+        load_and_run({}, pin=Path("/tmp"))
     with pytest.raises(CommandError) as e:
-        bpf._run_loader(["attach", "--obj", obj, "--prog", "portstat", "--dev", "nosuchdev0",
-                         "--dir", "ingress", "--pin-dir", str(pin_dir)])
+        bpf.Batch().load(obj, pin_dir, prog_dir=pin_dir / "progs" / "x") \
+            .attach(None, "nosuchdev0", "ingress", "@portstat").run()
     assert "device nosuchdev0 not found" in e.value.stderr
     assert e.value.returncode == 1
+
+
+def test_a_malformed_batch_line_runs_nothing_and_exits_2(pin_dir):
+    """The whole batch is parsed before the first operation: a bad line creates nothing."""
+    obj = bpf.object_path("portstat")
+    script = (f"load\t{obj}\t{pin_dir}\t-\n"
+              f"update\t{pin_dir}/maps/{bpf.PORTSTAT_MAP}\t00\tzz\n")
+    with pytest.raises(CommandError) as e:
+        bpf._run_loader(["batch"], input=script)
+    assert e.value.returncode == 2
+    assert "line 2 (update): VALUEHEX: 'zz' at byte 0 is not hex" in e.value.stderr
+    assert not pin_dir.exists()
+    for bad in (["attach", "-", "lo", "sideways", "/x"], ["test-run", "@p", "0", "-", "-"],
+                ["dump"], ["frobnicate"]):
+        with pytest.raises(CommandError) as e:
+            bpf._run_loader(bad)
+        assert e.value.returncode == 2, bad
+
+
+def test_lookup_and_dump_return_what_update_wrote(pin_dir):
+    """The generic map operations round-trip bytes (no struct knowledge in the loader)."""
+    bpf.test_run(node_id=1, port_id=1, direction="ingress", pin_dir=pin_dir, packet=64)
+    path = pin_dir / "maps" / bpf.PORTSTAT_MAP
+    key = bpf.PORTSTAT_KEY.pack(5, 6, 1, 0)
+    value = bpf.PORTSTAT_VALUE.pack(11, 22, 33, 44)
+    absent = bpf.PORTSTAT_KEY.pack(9, 9, 0, 0)
+    res = bpf.Batch().update(path, key, value).lookup(path, key).lookup(path, absent).dump(path).run()
+    assert res[:3] == [None, value, None]
+    assert dict(res[3])[key] == value and len(res[3]) == 2
+    assert bpf.parse_port_counter(key, value) == {
+        "node": 5, "port": 6, "dir": 1, "direction": "egress",
+        "packets": 11, "bytes": 22, "first_ns": 33, "last_ns": 44}
 
 
 # --- a real veth pair in two network namespaces -------------------------------------
