@@ -3,8 +3,8 @@
  * portstat: per-(node, port, direction) packet and byte counters.
  *
  * Shared between the BPF program (portstat.bpf.c, which includes vmlinux.h
- * first) and user space (tbload.c, testbed/bpf.py mirrors the layout).
- * Keep the layout fixed: 8-byte key, 32-byte value, no implicit padding.
+ * first) and Python (testbed/bpf.py mirrors the layout; tests/unit/test_btf_layout.py
+ * checks it against the object's BTF). No implicit padding.
  */
 #ifndef OTT_PORTSTAT_H
 #define OTT_PORTSTAT_H

@@ -1,0 +1,326 @@
+"""Every byte layout Python packs or parses for a BPF program, checked against the BTF
+of the compiled object (testbed/btf.py reads it; no root, no kernel).
+
+The checks go by member name, not by format string: a Python packer's output is
+decoded with the object's BTF and every member must hold the value given to the
+packer (all others zero); a Python parser is fed bytes encoded from the BTF with a
+distinct value in every member. So a moved, resized, swapped or renamed field fails,
+and so does a Python copy that drifts from the header (testbed/optical/layout.py is
+the one Python copy of ebpf/optswitch.h; testbed/bpf.py holds portstat's).
+
+Needs the objects built (``make -C ebpf``, part of ``make setup``): skipped if they are
+missing, failed if a source is newer than its object (a stale object proves nothing).
+Constants that only exist as ``#define`` (model codes, flags) are read from the headers
+with ``clang -dM -E`` (skipped without clang).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from testbed import bpf
+from testbed.btf import Btf, BtfError
+from testbed.optical import layout
+
+EBPF = bpf.EBPF_DIR
+
+
+# ---- helpers ---------------------------------------------------------------------------
+
+def _stale_sources(obj: Path) -> list[Path]:
+    """Sources newer than ``obj``: those of its make dependency file, else every
+    ebpf header and its .bpf.c (conservative)."""
+    dep = EBPF / ".output" / (obj.name[:-2] + ".d")
+    if dep.exists():
+        text = dep.read_text().replace("\\\n", " ")
+        first = text.split("\n", 1)[0]
+        srcs = [EBPF / p for p in first.split(":", 1)[1].split() if not p.startswith("/")]
+    else:
+        srcs = [EBPF / (obj.name[:-2] + ".c"), *EBPF.rglob("*.h")]
+    return [s for s in srcs if s.exists() and s.stat().st_mtime > obj.stat().st_mtime]
+
+
+def _object(name: str) -> Btf:
+    obj = EBPF / f"{name}.bpf.o"
+    if not obj.exists():
+        pytest.skip(f"{obj} is not built: run `make -C {EBPF}` (part of make setup)")
+    stale = _stale_sources(obj)
+    if stale:
+        pytest.fail(f"{obj.name} is older than {', '.join(s.name for s in stale)}: "
+                    f"rebuild with `make -C {EBPF}` before checking layouts")
+    return Btf.from_elf(obj)
+
+
+@pytest.fixture(scope="module")
+def optsw() -> Btf:
+    return _object("optswitch")
+
+
+@pytest.fixture(scope="module")
+def portstat() -> Btf:
+    return _object("portstat")
+
+
+@pytest.fixture(scope="module")
+def tcp_rto() -> Btf:
+    return _object("tcp_rto")
+
+
+def mismatches(info: Btf, struct_name: str, packed: bytes, expected: dict[str, int]) -> list[str]:
+    """How ``packed`` (a Python packer's output) differs from ``struct_name`` of the BTF
+    holding ``expected`` by member path, every other member zero; [] if it does not."""
+    size = info.size(struct_name)
+    if len(packed) != size:
+        return [f"{struct_name} is {size} bytes in the object, Python packed {len(packed)}"]
+    got = info.decode(struct_name, packed)
+    unknown = sorted(set(expected) - set(got))
+    if unknown:
+        return [f"{struct_name} has no member {p}" for p in unknown]
+    return [f"{struct_name}.{p}: object reads {v}, Python meant {expected.get(p, 0)}"
+            for p, v in got.items() if v != expected.get(p, 0)]
+
+
+def distinct_values(info: Btf, struct_name: str) -> dict[str, int]:
+    """A different non-zero value in every scalar member (fitting its size)."""
+    out = {}
+    for i, f in enumerate(info.fields(struct_name)):
+        bits = 8 * f.size - (1 if f.signed else 0)
+        out[f.path] = (i * 2654435761 + 12345) % ((1 << bits) - 1) + 1
+    return out
+
+
+def _macros(header: Path) -> dict[str, int]:
+    """Integer #defines of a header (clang -dM -E); skips the test without clang."""
+    clang = shutil.which("clang")
+    if clang is None:
+        pytest.skip("clang not installed (make setup installs it)")
+    out = subprocess.run([clang, "-dM", "-E", "-x", "c", str(header)], capture_output=True,
+                         text=True, check=True).stdout
+    found = {}
+    for m in re.finditer(r"^#define (\w+) \(?(0x[0-9a-fA-F]+|\d+)[uUlL]*\)?$", out, re.M):
+        found[m.group(1)] = int(m.group(2), 0)
+    return found
+
+
+# ---- the reader and the check themselves -----------------------------------------------
+
+def test_reader_agrees_with_bpftool_on_every_object():
+    """testbed/btf.py against the reference reader (libbpf through bpftool), every type."""
+    bpftool = shutil.which("bpftool") or ("/usr/sbin/bpftool" if Path("/usr/sbin/bpftool").exists() else None)
+    objects = sorted(EBPF.glob("*.bpf.o"))
+    if bpftool is None or not objects:
+        pytest.skip("bpftool or the built objects missing")
+    for obj in objects:
+        ours = Btf.from_elf(obj)
+        ref = json.loads(subprocess.run([bpftool, "-j", "btf", "dump", "file", str(obj)],
+                                        capture_output=True, text=True, check=True).stdout)["types"]
+        assert len(ref) == len(ours.types) - 1, obj
+        for r in ref:
+            t = ours.type(r["id"])
+            assert (t.kind, t.name or "(anon)") == (r["kind"], r["name"]), (obj.name, r)
+            if "size" in r and r["kind"] != "DATASEC":
+                assert t.size == r["size"], (obj.name, r)
+            if "members" in r:
+                assert [(m.name or "(anon)", m.type_id, m.bit_offset) for m in t.members] == \
+                    [(m["name"], m["type_id"], m["bits_offset"]) for m in r["members"]], (obj.name, r)
+            if r["kind"] == "ARRAY":
+                assert (t.ref, t.nelems) == (r["type_id"], r["nr_elems"]), (obj.name, r)
+            if "values" in r:
+                assert [v for _n, v in t.values] == [v["val"] for v in r["values"]], (obj.name, r)
+
+
+TINY = """
+struct tiny { unsigned int a; unsigned short b; unsigned short c; unsigned long long d[2]; };
+struct tiny tiny_var;
+"""
+
+
+def _compile(tmp_path: Path, source: str, name: str) -> Btf:
+    clang = shutil.which("clang")
+    if clang is None:
+        pytest.skip("clang not installed (make setup installs it)")
+    src = tmp_path / f"{name}.bpf.c"
+    src.write_text(source)
+    obj = tmp_path / f"{name}.bpf.o"
+    subprocess.run([clang, "-O2", "-g", "-target", "bpf", "-c", str(src), "-o", str(obj)],
+                   check=True, capture_output=True)
+    return Btf.from_elf(obj)
+
+
+def test_the_check_fails_when_a_field_moves(tmp_path):
+    """The same check the layout tests use, on a tiny object: it passes for the right
+    Python packer and names the members when two fields swap or one grows."""
+    import struct
+
+    def pack(a: int, b: int, c: int, d0: int, d1: int) -> bytes:  # the "Python layout"
+        return struct.pack("<IHHQQ", a, b, c, d0, d1)
+
+    want = {"a": 1, "b": 2, "c": 3, "d[0]": 4, "d[1]": 5}
+    good = _compile(tmp_path, TINY, "good")
+    assert mismatches(good, "tiny", pack(1, 2, 3, 4, 5), want) == []
+    assert good.size("tiny") == 24 and good.member("tiny", "d").offset == 8
+
+    swapped = _compile(tmp_path, TINY.replace("unsigned short b; unsigned short c;",
+                                              "unsigned short c; unsigned short b;"), "swapped")
+    assert mismatches(swapped, "tiny", pack(1, 2, 3, 4, 5), want) == [
+        "tiny.c: object reads 2, Python meant 3", "tiny.b: object reads 3, Python meant 2"]
+
+    grown = _compile(tmp_path, TINY.replace("unsigned int a;", "unsigned long long a;"), "grown")
+    assert mismatches(grown, "tiny", pack(1, 2, 3, 4, 5), want) == [
+        "tiny is 32 bytes in the object, Python packed 24"]
+    with pytest.raises(BtfError, match="no member 'e'"):
+        good.member("tiny", "e")
+
+
+# ---- optswitch (ebpf/optswitch.h <-> testbed/optical/layout.py) ------------------------
+
+def test_optswitch_maps_are_the_ones_python_writes(optsw):
+    maps = optsw.maps()
+    assert set(maps) == set(bpf.OPTSW_MAPS)
+    u32 = len(layout.u32_key(0))
+    want = {  # map: (key size from Python, value struct)
+        "optsw_cfg": (u32, "struct optsw_cfg_node"),
+        "optsw_state": (u32, "struct optsw_node_state"),
+        "optsw_ifport": (len(layout.ifport_key(0, 0)), "__u32"),
+        "optsw_routes": (len(layout.route_key(0, "10.0.0.1")), "struct optsw_route"),
+        "optsw_hook": (u32, "struct optsw_hook"),
+        "optsw_monitor": (u32, "struct optsw_monitor"),
+    }
+    for name, (key_size, value_type) in want.items():
+        assert (maps[name].key_size, maps[name].value_type) == (key_size, value_type), name
+    assert maps["optsw_ifport"].value_size == len(layout.u32_key(0))
+    assert maps["optsw_cfg"].max_entries == maps["optsw_state"].max_entries == layout.MAX_NODES
+
+
+def test_array_lengths_match_the_python_constants(optsw):
+    assert layout.MAX_PORTS == optsw.array_len("optsw_cfg_node", "port") \
+        == optsw.array_len("optsw_node_state", "port")
+    assert layout.MAX_NE == optsw.array_len("optsw_node_state", "bin_free_ns") \
+        == optsw.array_len("optsw_node_state", "bout")
+    assert layout.MAX_ECMP == optsw.array_len("optsw_route", "port")
+    assert layout.OCC_SLOTS == optsw.array_len("optsw_node_state", "occ")
+    assert layout.BOUT_RES == optsw.array_len("optsw_bout", "start_ns") \
+        == optsw.array_len("optsw_bout", "end_ns")
+    assert layout.LATE_BUCKETS == optsw.array_len("optsw_monitor", "bucket")
+
+
+def test_node_cfg_writes_every_member_by_name(optsw):
+    ports = [layout.PortConfig(1000 + i, prop_ns=50_000 + i, ifindex=70 + i, peer_host=i % 2 == 1)
+             for i in range(3)]
+    want = {"model": layout.MODELS["hybrid"], "n_e": 5, "n_ports": 3}
+    for i, p in enumerate(ports):
+        want |= {f"port[{i}].ps_per_byte": p.ps_per_byte, f"port[{i}].prop_ns": p.prop_ns,
+                 f"port[{i}].ifindex": p.ifindex,
+                 f"port[{i}].flags": layout.PORT_PEER_HOST if p.peer_host else 0}
+    assert mismatches(optsw, "optsw_cfg_node", layout.node_cfg("hybrid", 5, ports), want) == []
+
+
+def test_keys_route_and_hook_write_every_member_by_name(optsw):
+    assert mismatches(optsw, "optsw_ifport_key", layout.ifport_key(7, 123),
+                      {"node": 7, "ifindex": 123}) == []
+    dst = "10.1.2.3"  # network byte order in the key
+    assert mismatches(optsw, "optsw_route_key", layout.route_key(9, dst),
+                      {"node": 9, "dst": int.from_bytes(socket.inet_aton(dst), "little")}) == []
+    assert mismatches(optsw, "optsw_route", layout.route_value([3, 1, 4], flow_hash=True),
+                      {"n": 3, "flags": layout.ROUTE_FLOW_HASH,
+                       "port[0]": 3, "port[1]": 1, "port[2]": 4}) == []
+    assert mismatches(optsw, "optsw_hook", layout.hook_value(2**40 + 5, 9064, 6, 0xDEADBEEF),
+                      {"now_ns": 2**40 + 5, "len": 9064, "port": 6, "rand": 0xDEADBEEF}) == []
+
+
+def test_node_state_is_parsed_by_member_name(optsw):
+    assert layout.STATE_SIZE == optsw.size("optsw_node_state")
+    assert layout.STATE_PORTS_OFFSET == optsw.member("optsw_node_state", "port").offset
+    # The Python field list is the struct's members, in order (parsing relies on it).
+    assert tuple(m.name for m in optsw.members("optsw_port_state")) == layout.PORT_STATE_FIELDS
+    values = distinct_values(optsw, "optsw_node_state")
+    state = layout.parse_node_state(optsw.encode("optsw_node_state", values), layout.MAX_PORTS)
+    for name in ("max_occ_bytes", "occ_overflow", "bout_overflow"):
+        assert state[name] == values[name], name
+    assert len(state["ports"]) == layout.MAX_PORTS
+    for p, port in enumerate(state["ports"]):
+        assert port == {f: values[f"port[{p}].{f}"] for f in layout.PORT_STATE_FIELDS}, p
+
+
+def test_optical_fabric_holds_no_other_copy_of_the_state_size():
+    from testbed.optical import fabric
+
+    assert getattr(fabric, "STATE_SIZE", layout.STATE_SIZE) == layout.STATE_SIZE
+
+
+def test_monitor_is_parsed_by_member_name(optsw):
+    assert layout.MONITOR_SIZE == optsw.size("optsw_monitor")
+    values = distinct_values(optsw, "optsw_monitor")
+    mon = layout.parse_monitor(optsw.encode("optsw_monitor", values))
+    assert {k: mon[k] for k in ("count", "early", "max_ns", "sum_ns")} == \
+        {k: values[k] for k in ("count", "early", "max_ns", "sum_ns")}
+    assert mon["buckets"] == [values[f"bucket[{i}]"] for i in range(layout.LATE_BUCKETS)]
+
+
+def test_optswitch_rodata_is_what_the_loader_sets(optsw):
+    rodata = optsw.rodata()
+    sets = bpf._optsw_rodata(layout.MAX_NODES - 1, is_switch=True, test_mode=True)
+    for name, value in sets.items():
+        assert name in rodata, f"Python sets {name}; .rodata has {sorted(rodata)}"
+        assert value < 2 ** (8 * rodata[name]), name
+
+
+def test_optswitch_header_constants_match_python():
+    m = _macros(EBPF / "optswitch.h")
+    assert layout.MODELS == {"nic": m["OPTSW_MODEL_NIC"], "electronic": m["OPTSW_MODEL_ELECTRONIC"],
+                             "all-optical": m["OPTSW_MODEL_ALLOPTICAL"], "hybrid": m["OPTSW_MODEL_HYBRID"]}
+    assert (layout.CUT, layout.BUFFER, layout.DROP, layout.NOCFG) == \
+        (m["OPTSW_CUT"], m["OPTSW_BUFFER"], m["OPTSW_DROP"], m["OPTSW_NOCFG"])
+    assert (layout.PORT_PEER_HOST, layout.ROUTE_FLOW_HASH) == \
+        (m["OPTSW_PORT_PEER_HOST"], m["OPTSW_ROUTE_FLOW_HASH"])
+    assert layout.MAX_NODES == m["OPTSW_MAX_NODES"]
+
+
+def test_test_run_context_offsets_are_the_objects_sk_buff(optsw):
+    """trace_run reads cb[0] and tstamp out of the __sk_buff BPF_PROG_TEST_RUN returns."""
+    assert bpf.SKB_CTX_SIZE == optsw.size("__sk_buff")
+    assert bpf.SKB_CB_OFFSET == optsw.member("__sk_buff", "cb").offset
+    assert bpf.SKB_TSTAMP_OFFSET == optsw.member("__sk_buff", "tstamp").offset
+
+
+# ---- portstat (ebpf/portstat.h <-> testbed/bpf.py) ------------------------------------
+
+def test_portstat_key_and_value_match(portstat):
+    m = portstat.maps()["port_counters"]
+    assert (m.key_type, m.value_type) == ("struct portstat_key", "struct portstat_value")
+    assert mismatches(portstat, "portstat_key", bpf.PORTSTAT_KEY.pack(2**32 - 1, 513, 1, 0),
+                      {"node": 2**32 - 1, "port": 513, "dir": 1}) == []
+    assert tuple(m.name for m in portstat.members("portstat_value")) == bpf.PORTSTAT_VALUE_FIELDS
+    key_vals = distinct_values(portstat, "portstat_key") | {"dir": 1, "pad": 0}
+    vals = distinct_values(portstat, "portstat_value")
+    row = bpf.parse_port_counter(portstat.encode("portstat_key", key_vals),
+                                 portstat.encode("portstat_value", vals))
+    assert row == {"node": key_vals["node"], "port": key_vals["port"], "dir": 1, "direction": "egress",
+                   **{f: vals[f] for f in bpf.PORTSTAT_VALUE_FIELDS}}
+
+
+def test_portstat_rodata_and_directions(portstat):
+    rodata = portstat.rodata()
+    for name, value in bpf._portstat_rodata(2**32 - 1, 2**16 - 1, "egress").items():
+        assert name in rodata and value < 2 ** (8 * rodata[name]), name
+    m = _macros(EBPF / "portstat.h")
+    assert bpf.DIRECTIONS == {"ingress": m["PORTSTAT_DIR_INGRESS"], "egress": m["PORTSTAT_DIR_EGRESS"]}
+
+
+# ---- tcp_rto (ebpf/tcp_rto.h <-> ebpf/sockops_load.c through its skeleton) -------------
+
+def test_tcp_rto_stats_map_is_what_sockops_load_reads(tcp_rto):
+    """sockops_load (no Python mirror) reads the counters as __u64 with __u32 keys; their
+    number and the rodata go through tcp_rto.h and the generated skeleton, so the compiler
+    checks those, not this test."""
+    m = tcp_rto.maps()["tcp_rto_stats"]
+    assert (m.key_type, m.value_type, m.key_size, m.value_size) == ("__u32", "__u64", 4, 8)
+    assert set(tcp_rto.rodata()) == {"tb_netns_cookie", "tb_init_rto_jiffies", "tb_rto_min_us",
+                                     "tb_delack_max_us"}
