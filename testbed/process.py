@@ -72,17 +72,17 @@ def spawn(ledger: Ledger | None, argv: Sequence[str | os.PathLike], *, netns: st
     Raises OSError when ``argv`` cannot start (its entry is then marked gone) or the log
     cannot be opened, and LedgerError when the ledger cannot be written."""
     full = (["ip", "netns", "exec", netns] if netns else []) + [str(a) for a in argv]
-    seq = None
-    if ledger is not None:
-        seq = ledger.add(resource, argv=full, netns=netns, group=True, stop_signal=int(stop_signal))
     log_file = open(log, "ab") if log is not None else None
+    seq = None
     try:
+        if ledger is not None:
+            seq = ledger.add(resource, argv=full, netns=netns, group=True, stop_signal=int(stop_signal))
         proc = Process(full, start_new_session=True, stdin=stdin, cwd=cwd,
                        env=dict(env) if env is not None else None,
                        stdout=log_file if log_file is not None else stdout,
                        stderr=subprocess.STDOUT if log_file is not None else stderr)
     except OSError:
-        if ledger is not None and seq is not None:
+        if ledger is not None and seq is not None:      # recorded, but it never started
             ledger.mark_gone(seq)
         raise
     finally:
@@ -115,49 +115,56 @@ def stop(proc: Process, grace_s: float = STOP_GRACE_S) -> bool:
 def kill_process(pid: int, start_time: int | None, *, group: bool = False, first_signal: int = signal.SIGTERM,
                  grace_s: float = STOP_GRACE_S, reap: Callable[[], Any] | None = None) -> Outcome:
     """Stop ``pid`` (its process group with ``group``) if it is still the process that
-    started at ``start_time``: ``first_signal``, then SIGKILL after ``grace_s`` seconds,
-    then wait up to :data:`KILL_WAIT_S` for it to vanish. ``reap`` collects it when it
-    is our child (default: ``waitpid`` without blocking). Returns "absent" (not that
-    process: gone already or a recycled PID; nothing is sent), "stopped" (ended on
+    started at ``start_time``: ``first_signal``, then wait up to ``grace_s`` seconds
+    until it has exited and been reaped (its PID no longer shows that start time); if
+    not, SIGKILL (to the group: members may outlive the leader) and wait up to
+    :data:`KILL_WAIT_S` until it has exited. ``reap`` collects it when it is our child
+    (default: ``waitpid`` without blocking; a parent that reaps late, init for the
+    processes of a killed run, leaves a zombie for a while). Returns "absent" (not that
+    process: gone already or a recycled PID; nothing is sent), "stopped" (exited on
     ``first_signal``) or "killed"."""
     if not pid or start_time is None or cmd.process_start_time(pid) != start_time:
         return "absent"
     sender = os.killpg if group else os.kill
     collect = reap or (lambda: _waitpid(pid))
 
-    def gone_within(timeout_s: float) -> bool:
+    def wait_until(done: tuple[str, ...], timeout_s: float) -> str:
         deadline = hostclock.Deadline(timeout_s)
         while True:
             collect()
-            if not _running(pid, start_time):
-                return True
-            if deadline.expired():
-                return False
+            state = _state(pid, start_time)
+            if state in done or deadline.expired():
+                return state
             time.sleep(min(POLL_S, deadline.step()))
 
     try:
         sender(pid, first_signal)
     except ProcessLookupError:
         return "stopped"
-    if gone_within(grace_s):
+    state = wait_until(("gone",), grace_s)
+    if state == "gone":
         return "stopped"
     try:
         sender(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    gone_within(KILL_WAIT_S)
+    if state == "zombie":                         # it had exited on first_signal
+        return "stopped"
+    wait_until(("gone", "zombie"), KILL_WAIT_S)
     return "killed"
 
 
-def _running(pid: int, start_time: int) -> bool:
-    """True while ``pid`` is the process that started at ``start_time`` and has not
-    exited (a zombie, exited but not yet reaped, counts as gone)."""
+def _state(pid: int, start_time: int) -> str:
+    """"running", "zombie" (exited, not yet reaped) or "gone" (reaped, or the PID is
+    another process now) for the process ``pid`` that started at ``start_time``."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return False
+        return "gone"
     fields = stat[stat.rindex(")") + 2:].split()   # the name (field 2) may hold ')'
-    return fields[0] != "Z" and int(fields[19]) == start_time
+    if int(fields[19]) != start_time:
+        return "gone"
+    return "zombie" if fields[0] == "Z" else "running"
 
 
 def _waitpid(pid: int) -> None:

@@ -60,9 +60,9 @@ def test_stop_kills_what_ignores_its_stop_signal_and_the_whole_group():
     assert process.stop(proc, grace_s=0.3) is False   # needed SIGKILL
     assert time.monotonic() - t0 < 3 and proc.returncode == -signal.SIGKILL
     deadline = time.monotonic() + 5
-    while process._running(grandchild, grandchild_start) and time.monotonic() < deadline:
+    while process._state(grandchild, grandchild_start) == "running" and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not process._running(grandchild, grandchild_start)   # dead (perhaps not yet reaped)
+    assert process._state(grandchild, grandchild_start) != "running"   # dead (perhaps not yet reaped)
     assert led.entries[0].gone
 
 
