@@ -278,139 +278,33 @@ static __always_inline void occupy(struct optsw_node_state *st, __u32 port, __u6
 		st->port[port].max_occ_bytes = mine;
 }
 
-#define BOUT_MASK (OPTSW_BOUT_RES - 1)
-
-/*
- * The earliest emission slot: the smallest t >= t0 at which some buffer output is free
- * for tau, and that output (lowest index on a tie), into st->sel_dep / st->sel_bo
- * (sel_bo = OPTSW_MAX_NE if n_e = 0). Each output's reservations are sorted and
- * disjoint, so one pass over them moves t past every reservation that overlaps
- * [t, t + tau) and stops at the first gap of length tau.
- *
- * One flat loop over (output, reservation) with every running value in the map value
- * (volatile): with nested loops and values in registers the verifier learns a new bound
- * at every comparison and never prunes (1M instructions).
- */
-static __always_inline void earliest_emission(struct optsw_node_state *st, const volatile __u32 *n_e,
-					      __u64 t0, __u64 tau)
+/* An output released at a is free for a packet arriving at a: it leaves at once. */
+static __always_inline int output_free(struct optsw_port_state *ps, __u64 a, __u64 *dep)
 {
-	volatile __u64 *vt = &st->sel_t, *best = &st->sel_dep;
-	volatile __u32 *done = &st->sel_done, *bo = &st->sel_bo;
-	const volatile __u32 *n;
-	struct optsw_bout *b;
-	__u32 i, j;
-	__u64 e;
-
-	*best = ~0ULL;
-	*bo = OPTSW_MAX_NE;
-	for (__u32 k = 0; k < OPTSW_MAX_NE * OPTSW_BOUT_RES; k++) {
-		i = k / OPTSW_BOUT_RES;
-		j = k & BOUT_MASK;
-		if (i >= *n_e)
-			break;
-		b = &st->bout[i & (OPTSW_MAX_NE - 1)];
-		n = &b->n;
-		if (j == 0) {
-			*vt = t0;
-			*done = 0;
-		}
-		if (!*done) {
-			if (j >= *n) {
-				*done = 1;
-			} else {
-				e = b->end_ns[j];
-				if (e > *vt) {
-					if (b->start_ns[j] >= *vt + tau)
-						*done = 1;
-					else
-						*vt = e;
-				}
-			}
-		}
-		if (j == OPTSW_BOUT_RES - 1 && *vt < *best) {
-			*best = *vt;
-			*bo = i;
-		}
-	}
+	if (ps->out_free_ns > a)
+		return 0;
+	*dep = a;
+	return 1;
 }
 
 /*
- * Reserve [s, e) on buffer output b (called under the node lock; [s, e) lies in a gap
- * found by earliest_emission). Reservations that ended by the arrival a are forgotten. If the
- * calendar is still full, the smallest gap other than the new reservation's is given up
- * (the two neighbours merge: an emission slot the switch would have had is lost, so the
- * model errs towards later departures) and bout_overflow counts it.
+ * The port architectures (testbed/optical/architectures.py, one registry entry each).
+ * Each has a header ebpf/arch/<name>.h that defines its decision, OPTSW_DECIDE(<name>),
+ * called under the node's lock for a packet of duration tau arriving at a (its intended
+ * arrival) for the output whose state is ps: it returns OPTSW_CUT or OPTSW_BUFFER with
+ * *dep = the departure of the packet's head, or OPTSW_DROP. It may read its configuration
+ * (struct optsw_<name>_cfg, packed by the registry) from cfg->arch_cfg and keep state in
+ * st; the counters, the occupancy and the stamp are the program's. The generated
+ * .output/optsw_archs.h includes every header of the registry and defines
+ * optsw_arch_decide(arch, ...), which calls the one of code arch, or returns OPTSW_NOCFG
+ * for an unknown code.
  */
-static __always_inline void bout_reserve(struct optsw_node_state *st, struct optsw_bout *b,
-					 __u64 a, __u64 s, __u64 e)
-{
-	/* Counters live in the map value (volatile) so that the verifier does not track
-	 * one state per combination of their values. */
-	volatile __u32 *n = &st->sel_n, *pos = &st->sel_pos, *drop = &st->sel_drop, *best = &st->sel_best;
-	__u64 gap, best_gap = ~0ULL;
-	__u32 j;
-
-	*n = b->n < OPTSW_BOUT_RES ? b->n : OPTSW_BOUT_RES;
-	*drop = 0;
-	*pos = 0;
-	*best = OPTSW_BOUT_RES;
-	for (j = 0; j < OPTSW_BOUT_RES; j++) {
-		if (j >= *n || b->end_ns[j] > a)
-			break;
-		*drop += 1;
-	}
-	if (*drop) {
-		for (j = 0; j < OPTSW_BOUT_RES; j++) {
-			if (j + *drop >= *n)
-				break;
-			b->start_ns[j] = b->start_ns[(j + *drop) & BOUT_MASK];
-			b->end_ns[j] = b->end_ns[(j + *drop) & BOUT_MASK];
-		}
-		*n -= *drop;
-	}
-	for (j = 0; j < OPTSW_BOUT_RES; j++) {
-		if (j >= *n || b->start_ns[j] >= s)
-			break;
-		*pos += 1;
-	}
-	if (*n >= OPTSW_BOUT_RES) {
-		for (j = 0; j + 1 < OPTSW_BOUT_RES; j++) {
-			if (j + 1 == *pos)
-				continue; /* the new reservation goes into this gap */
-			gap = b->start_ns[j + 1] - b->end_ns[j];
-			if (gap < best_gap) {
-				best_gap = gap;
-				*best = j;
-			}
-		}
-		if (*best + 1 < OPTSW_BOUT_RES) {
-			b->end_ns[*best & BOUT_MASK] = b->end_ns[(*best + 1) & BOUT_MASK];
-			for (j = 0; j + 1 < OPTSW_BOUT_RES; j++) {
-				if (j <= *best)
-					continue;
-				b->start_ns[j] = b->start_ns[j + 1];
-				b->end_ns[j] = b->end_ns[j + 1];
-			}
-			*n -= 1;
-			if (*pos > *best + 1)
-				*pos -= 1;
-			st->bout_overflow++;
-		}
-	}
-	for (j = OPTSW_BOUT_RES - 1; j > 0; j--) {
-		if (j > *n)
-			continue;
-		if (j <= *pos)
-			break;
-		b->start_ns[j] = b->start_ns[j - 1];
-		b->end_ns[j] = b->end_ns[j - 1];
-	}
-	if (*pos < OPTSW_BOUT_RES && *n < OPTSW_BOUT_RES) {
-		b->start_ns[*pos & BOUT_MASK] = s;
-		b->end_ns[*pos & BOUT_MASK] = e;
-		b->n = *n + 1;
-	}
-}
+#define OPTSW_DECIDE(name)                                                                    \
+	static __always_inline __u32 optsw_##name##_decide(struct optsw_node_state *st,         \
+							  const struct optsw_cfg_node *cfg,     \
+							  struct optsw_port_state *ps, __u64 a, \
+							  __u64 tau, __u64 *dep)
+#include "optsw_archs.h"
 
 SEC("tc")
 int optsw_egress(struct __sk_buff *skb)
@@ -422,7 +316,7 @@ int optsw_egress(struct __sk_buff *skb)
 	struct optsw_cfg_port *pc;
 	struct optsw_port_state *ps;
 	__u64 a, tau, dep = 0, stamp, now;
-	__u32 len, model, decision, bi, bo, port;
+	__u32 len, decision, port;
 
 	now = tb_test_mode ? (h ? h->now_ns : 0) : bpf_ktime_get_ns();
 	len = (tb_test_mode && h && h->len) ? h->len : skb->len;
@@ -444,69 +338,18 @@ int optsw_egress(struct __sk_buff *skb)
 	barrier_var(port);
 	port &= OPTSW_MAX_PORTS - 1;
 	pc = &cfg->port[port];
-	model = cfg->model;
 	tau = (__u64)len * pc->ps_per_byte / 1000;
 	stamp = tb_test_mode ? 0 : stamped_time(skb);
-	if (model == OPTSW_MODEL_NIC)
-		a = max64(now, stamp); /* the host's own packet: now, or later if TCP paces */
-	else
+	if (tb_is_switch)
 		a = stamp ? stamp : now; /* intended arrival at this switch */
+	else
+		a = max64(now, stamp); /* the host's own packet: now, or later if TCP paces */
 
 	bpf_spin_lock(&st->lock);
-	if (model == OPTSW_MODEL_NIC) {
-		dep = max64(a, ps->out_free_ns);
-		decision = OPTSW_CUT;
-	} else if (model == OPTSW_MODEL_ELECTRONIC) {
-		/* Store-and-forward: received whole (tau), then FIFO on the output. */
-		dep = max64(a + tau, ps->out_free_ns);
-		decision = OPTSW_BUFFER;
-	} else if (ps->out_free_ns <= a) {
-		/* An output released at a is free for a packet arriving at a. */
-		dep = a;
-		decision = OPTSW_CUT;
-	} else {
-		decision = OPTSW_DROP;
-		if (model == OPTSW_MODEL_HYBRID) {
-			/* The choices go through the map value (sel_*) rather than registers
-			 * so that the verifier does not track one state per choice. */
-			volatile __u32 *sel_bi = &st->sel_bi, *sel_bo = &st->sel_bo;
-			volatile __u64 *sel_dep = &st->sel_dep;
-			const volatile __u32 *ne = &cfg->n_e; /* re-read: no learnt bounds */
-			__u64 t0, bin;
-
-			/* A free buffer input (OE). One whose conversion ends exactly at a is
-			 * still busy: ties go against the arrival (the paper's residual loss).
-			 * 0 = never used since the node's reset (arrival times are never 0). */
-			*sel_bi = OPTSW_MAX_NE;
-			for (__u32 i = 0; i < OPTSW_MAX_NE; i++) {
-				if (i >= *ne)
-					break;
-				bin = st->bin_free_ns[i];
-				if (bin < a || bin == 0) {
-					*sel_bi = i;
-					break;
-				}
-			}
-			bi = *sel_bi;
-			if (bi < OPTSW_MAX_NE) {
-				/* First in this output's FIFO once OE is done and the output is
-				 * free; then the earliest emission slot of tau on any buffer output
-				 * (lowest index on a tie). */
-				t0 = max64(a + tau, ps->out_free_ns);
-				earliest_emission(st, &cfg->n_e, t0, tau);
-				bo = *sel_bo;
-				if (bo < OPTSW_MAX_NE) {
-					dep = *sel_dep;
-					st->bin_free_ns[bi & (OPTSW_MAX_NE - 1)] = a + tau;
-					bout_reserve(st, &st->bout[bo & (OPTSW_MAX_NE - 1)], a, dep, dep + tau);
-					decision = OPTSW_BUFFER;
-				}
-			}
-		}
-	}
+	decision = optsw_arch_decide(cfg->arch, st, cfg, ps, a, tau, &dep);
 	if (decision == OPTSW_DROP) {
 		ps->dropped++;
-	} else {
+	} else if (decision != OPTSW_NOCFG) {
 		ps->out_free_ns = dep + tau;
 		ps->last_dep_ns = dep;
 		ps->bytes += len;
@@ -521,6 +364,10 @@ int optsw_egress(struct __sk_buff *skb)
 	bpf_spin_unlock(&st->lock);
 
 	skb->cb[0] = decision;
+	if (decision == OPTSW_NOCFG) {
+		__sync_fetch_and_add(&ps->nocfg, 1);
+		return tb_is_switch ? TC_ACT_SHOT : TC_ACT_OK;
+	}
 	if (decision == OPTSW_DROP)
 		return TC_ACT_SHOT;
 	/* Stamp the intended arrival at the next node: the head after the propagation

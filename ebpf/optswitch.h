@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: (MIT OR GPL-2.0) */
 /*
- * optswitch: the optical switch port model (electronic / all-optical / hybrid) and the
- * host NIC serialiser, shared between the BPF program (optswitch.bpf.c, which includes
- * vmlinux.h first), the loader (tbload.c) and Python (testbed/optical/layout.py mirrors
- * every struct with the `struct` module: keep both in step, no implicit padding).
+ * optswitch: the optical switch port model (one port architecture per node: ebpf/arch/,
+ * testbed/optical/architectures.py) and the host NIC serialiser, shared between the BPF
+ * program (optswitch.bpf.c, which includes vmlinux.h first), the loader (tbload.c) and
+ * Python (testbed/optical/layout.py mirrors every struct with the `struct` module: keep
+ * both in step, no implicit padding).
  *
  * Model: Minakhmetov, Ware, Iannone, "Hybrid and all-optical packet switching in a
  * datacenter network with TCP" (sections II and IV); docs/optical-switch.md.
@@ -31,17 +32,18 @@
 #define OPTSW_LATE_BUCKETS 512
 #define OPTSW_ROUTES_MAX  65536
 
-/* cfg_node.model */
-#define OPTSW_MODEL_NIC        0 /* host NIC: serialise at the link rate, FIFO */
-#define OPTSW_MODEL_ELECTRONIC 1 /* store-and-forward, FIFO per output, never drops */
-#define OPTSW_MODEL_ALLOPTICAL 2 /* n_e = 0: cut-through or drop */
-#define OPTSW_MODEL_HYBRID     3 /* cut-through, else buffer via a free buffer input, else drop */
+/* cfg_node.arch: the port architecture of a node. Its code, its decision function
+ * (ebpf/arch/<name>.h) and its configuration are entries of the registry
+ * testbed/optical/architectures.py; the dispatch is generated from it into
+ * .output/optsw_archs.h (make -C ebpf), so no list of architectures lives here. */
+#define OPTSW_ARCH_CFG_BYTES 64 /* room for one architecture's configuration */
 
 /* Decision codes (written to skb->cb[0] by the egress program, used in counters). */
 #define OPTSW_CUT     0 /* left at once on a free output (cut-through; NIC: sent) */
 #define OPTSW_BUFFER  1 /* went through the electronic buffer (one OEO conversion) */
 #define OPTSW_DROP    2 /* dropped */
-#define OPTSW_NOCFG   3 /* no configuration for this node/port: passed unmodelled */
+#define OPTSW_NOCFG   3 /* no configuration for this node/port (or an unknown architecture):
+			  * passed unmodelled */
 
 /* cfg_port.flags */
 #define OPTSW_PORT_PEER_HOST 1 /* the peer is an end host: it receives the packet when its
@@ -62,10 +64,10 @@ struct optsw_cfg_port {
 };
 
 struct optsw_cfg_node {
-	__u32 model;    /* OPTSW_MODEL_* */
-	__u32 n_e;      /* buffer input = buffer output ports (hybrid), 0..OPTSW_MAX_NE */
+	__u32 arch;     /* architecture code (testbed/optical/architectures.py) */
 	__u32 n_ports;  /* ports in use, 1..OPTSW_MAX_PORTS */
-	__u32 pad;
+	/* the architecture's configuration: struct optsw_<name>_cfg of ebpf/arch/<name>.h */
+	__u64 arch_cfg[OPTSW_ARCH_CFG_BYTES / 8];
 	struct optsw_cfg_port port[OPTSW_MAX_PORTS];
 };
 
@@ -126,6 +128,7 @@ struct optsw_node_state {
 	__u32 occ_next;        /* next occupancy slot (round-robin) */
 	__u64 max_occ_bytes;   /* maximum bytes in the node's buffer */
 	__u64 occ_overflow;    /* admissions that found their occupancy slot in use */
+	/* Architecture scratch and state (today the hybrid's buffer ports, ebpf/arch/hybrid.h). */
 	__u32 sel_bi;          /* scratch: chosen buffer input */
 	__u32 sel_bo;          /* scratch: chosen buffer output */
 	__u64 bin_free_ns[OPTSW_MAX_NE];  /* buffer inputs busy (OE) until */

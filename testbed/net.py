@@ -20,11 +20,12 @@ from typing import IO, TYPE_CHECKING, ClassVar
 from mininet.topo import Topo
 
 from testbed import cmd, nsops, ovs, process
-from testbed.errors import LedgerError, TestbedError
+from testbed.errors import DefinitionError, LedgerError, TestbedError
 from testbed.ledger import Ledger
 from testbed.nsops import netns_exists
 from testbed.names import check_ifname, check_node_name
-from testbed.optical.netfabric import SWITCH_MODELS, OpticalFabric
+from testbed.optical import architectures
+from testbed.optical.netfabric import OpticalFabric
 
 if TYPE_CHECKING:
     from testbed.traffic.control import AgentProcess
@@ -182,31 +183,28 @@ class OVSSwitch(Switch):
 
 class OpticalSwitch(Switch):
     """An optical packet switch in its own namespace: eBPF forwarding (per-packet ECMP,
-    bpf_redirect) and the eBPF port model on every port, fq releasing each packet at its
-    stamped departure time (see docs/optical-switch.md and testbed/optical/).
+    bpf_redirect) and on every port the eBPF decision of its port architecture, released
+    by its architecture's mechanism (fq at the stamped departure time today; see
+    docs/optical-switch.md and testbed/optical/).
 
-    Params (paper units; ``tdf`` converts them): ``model`` ("electronic",
-    "all-optical", "hybrid"), ``n_e`` buffer ports (hybrid; all-optical forces 0),
-    ``rate_bps`` port rate (default 10 Gbit/s), ``tdf`` time dilation D (default 1),
-    ``flow_hash`` per-flow instead of per-packet ECMP. Any number of ports (1..32).
-    Link option ``length_m`` (default 10 m) sets each link's propagation delay.
+    Params (paper units; ``tdf`` converts them): ``arch`` its port architecture, a spec
+    of testbed/optical/architectures.py such as "hybrid:2", "all-optical",
+    "electronic" (or an Assignment; the older ``model`` with ``n_e`` is read too;
+    default hybrid with n_e = 1), ``role`` "core" (default) or "edge", ``rate_bps``
+    port rate (default 10 Gbit/s), ``tdf`` time dilation D (default 1), ``flow_hash``
+    per-flow instead of per-packet ECMP. Any number of ports (1..32). Link option
+    ``length_m`` (default 10 m) sets each link's propagation delay. Raises
+    DefinitionError (naming ``<name>.<param>``) for a bad value.
     """
 
     kind = "optical"
-    MODELS = SWITCH_MODELS
 
     def __init__(self, emu: "Emulation", name: str, **params: object) -> None:
         super().__init__(emu, name, **params)
-        from testbed.errors import DefinitionError
-        from testbed.optical.layout import MAX_NE
-
-        self.model = str(params.get("model", "hybrid"))
-        if self.model not in self.MODELS:
-            raise DefinitionError(f"{name}.model", self.model, " | ".join(self.MODELS))
-        n_e = params.get("n_e", 0 if self.model != "hybrid" else 1)
-        if not isinstance(n_e, int) or not 0 <= n_e <= MAX_NE:
-            raise DefinitionError(f"{name}.n_e", n_e, f"an integer 0..{MAX_NE}")
-        self.n_e = 0 if self.model == "all-optical" else n_e
+        self.role = architectures.check_role(params.get("role", architectures.DEFAULT_SWITCH_ROLE),
+                                             key=f"{name}.role", roles=architectures.SWITCH_ROLES)
+        ports = sum(name in link for link in emu.topo.links())  # checked before anything exists
+        self.assignment = architectures.switch_assignment(params, role=self.role, key=name, ports=ports)
         self.rate_bps = float(params.get("rate_bps", 10e9))  # type: ignore[arg-type]
         if not self.rate_bps > 0:
             raise DefinitionError(f"{name}.rate_bps", self.rate_bps, "a rate > 0 bit/s")

@@ -12,17 +12,17 @@ from pathlib import Path
 
 from testbed import bpf
 from testbed.optical import layout
+from testbed.optical.architectures import Assignment
 from testbed.optical.layout import PortConfig
 
 
 @dataclass
 class NodeConfig:
-    """One node's configuration: model ("electronic", "all-optical", "hybrid", "nic"),
-    n_e buffer ports, its ports, and the ifindex of each port number (optional)."""
+    """One node's configuration: its port architecture with its parameters
+    (``assignment``), its ports, and the ifindex of each port number (optional)."""
 
     node_id: int
-    model: str
-    n_e: int
+    assignment: Assignment
     ports: list[PortConfig]
     ifindex_of_port: dict[int, int] | None = None
 
@@ -30,7 +30,8 @@ class NodeConfig:
 def configure_nodes(pin_dir: Path, nodes: list[NodeConfig]) -> None:
     """Write every node's configuration and (ifindex -> port) entries and reset its
     state (all ports free, counters zero): one loader call per map, not per node."""
-    bpf.map_update(pin_dir, "optsw_cfg", [(layout.u32_key(n.node_id), layout.node_cfg(n.model, n.n_e, n.ports))
+    bpf.map_update(pin_dir, "optsw_cfg", [(layout.u32_key(n.node_id),
+                                           layout.node_cfg(n.assignment.arch.code, n.assignment.packed(), n.ports))
                                           for n in nodes])
     bpf.map_update(pin_dir, "optsw_state", [(layout.u32_key(n.node_id), bytes(STATE_SIZE)) for n in nodes])
     bpf.map_update(pin_dir, "optsw_ifport",
@@ -38,10 +39,10 @@ def configure_nodes(pin_dir: Path, nodes: list[NodeConfig]) -> None:
                     for n in nodes for port, ifx in sorted((n.ifindex_of_port or {}).items())])
 
 
-def configure_node(pin_dir: Path, node_id: int, model: str, n_e: int, ports: list[PortConfig],
+def configure_node(pin_dir: Path, node_id: int, assignment: Assignment, ports: list[PortConfig],
                    *, ifindex_of_port: dict[int, int] | None = None) -> None:
     """:func:`configure_nodes` for one node."""
-    configure_nodes(pin_dir, [NodeConfig(node_id, model, n_e, ports, ifindex_of_port)])
+    configure_nodes(pin_dir, [NodeConfig(node_id, assignment, ports, ifindex_of_port)])
 
 
 #: bytes of one optsw_state value (see ebpf/optswitch.h)

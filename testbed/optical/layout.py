@@ -17,16 +17,15 @@ MAX_ECMP = 16
 OCC_SLOTS = 256
 BOUT_RES = 16
 LATE_BUCKETS = 512
-
-#: model names -> OPTSW_MODEL_* values
-MODELS = {"nic": 0, "electronic": 1, "all-optical": 2, "hybrid": 3}
+#: bytes of cfg_node.arch_cfg, one architecture's configuration (OPTSW_ARCH_CFG_BYTES)
+ARCH_CFG_BYTES = 64
 #: decision codes (skb->cb[0] after the egress program)
 CUT, BUFFER, DROP, NOCFG = 0, 1, 2, 3
 PORT_PEER_HOST = 1
 ROUTE_FLOW_HASH = 1
 
 _PORT_CFG = struct.Struct("<QQII")                      # 24 bytes
-_NODE_CFG_HEAD = struct.Struct("<IIII")                 # 16 bytes
+_NODE_CFG_HEAD = struct.Struct("<II")                   # arch, n_ports; then arch_cfg
 _PORT_STATE = struct.Struct("<12Q")                     # 96 bytes
 _STATE_HEAD = struct.Struct("<IIQQII")                  # lock, occ_next, max_occ, overflow, sel_bi, sel_bo
 _STATE_MID = struct.Struct("<QQQIIIIII")                # bout_overflow, sel_dep, sel_t, 6 x u32 scratch
@@ -77,15 +76,17 @@ def u32_key(i: int) -> bytes:
     return struct.pack("<I", i)
 
 
-def node_cfg(model: str, n_e: int, ports: list[PortConfig]) -> bytes:
-    """Value of optsw_cfg for one node."""
-    if model not in MODELS:
-        raise ValueError(f"model {model!r} not in {sorted(MODELS)}")
-    if not 0 <= n_e <= MAX_NE:
-        raise ValueError(f"n_e {n_e} not in 0..{MAX_NE}")
+def node_cfg(arch: int, arch_cfg: bytes, ports: list[PortConfig]) -> bytes:
+    """Value of optsw_cfg for one node: architecture code ``arch`` (the registry's,
+    testbed/optical/architectures.py), its packed configuration ``arch_cfg`` and ports.
+    Raises ValueError for a code, configuration or port count out of range."""
+    if not 0 <= arch < 2**32:
+        raise ValueError(f"architecture code {arch} is not a u32")
+    if len(arch_cfg) > ARCH_CFG_BYTES:
+        raise ValueError(f"architecture configuration of {len(arch_cfg)} B; at most {ARCH_CFG_BYTES} B")
     if not 1 <= len(ports) <= MAX_PORTS:
         raise ValueError(f"{len(ports)} ports; a node has 1..{MAX_PORTS}")
-    out = _NODE_CFG_HEAD.pack(MODELS[model], n_e, len(ports), 0)
+    out = _NODE_CFG_HEAD.pack(arch, len(ports)) + arch_cfg + bytes(ARCH_CFG_BYTES - len(arch_cfg))
     for p in ports:
         out += _PORT_CFG.pack(p.ps_per_byte, p.prop_ns, p.ifindex, PORT_PEER_HOST if p.peer_host else 0)
     out += bytes(_PORT_CFG.size * (MAX_PORTS - len(ports)))

@@ -1,12 +1,15 @@
-"""Discrete-event reference of the optswitch port model: the oracle of the BPF tests.
+"""Reference models of the optswitch port architectures: the oracle of the BPF tests.
 
-One :class:`SwitchModel` is one node (switch or host NIC). Packets are offered in the
-order they reach the node (non-decreasing arrival times in the paper's model; the
-kernel processes them in the order it sees them) with :meth:`SwitchModel.offer`, which
-returns the decision and the departure time exactly as ``ebpf/optswitch.bpf.c``
-computes them (integer nanoseconds, tau = len * ps_per_byte // 1000).
+One :class:`PortModel` is one node (switch or host NIC); each port architecture of the
+registry (``testbed/optical/architectures.py``) has its subclass here, which decides
+(:meth:`PortModel.decide`) exactly as its BPF header ``ebpf/arch/<name>.h`` does; the
+base class keeps the counters and the occupancy as ``ebpf/optswitch.bpf.c`` does.
+Packets are offered in the order they reach the node (non-decreasing arrival times in
+the paper's model; the kernel processes them in the order it sees them) with
+:meth:`PortModel.offer`, which returns the decision and the departure time exactly as
+the BPF program computes them (integer nanoseconds, tau = len * ps_per_byte // 1000).
 
-Models (Minakhmetov, Ware, Iannone, sections II and IV):
+Architectures (Minakhmetov, Ware, Iannone, sections II and IV):
 
 * ``all-optical`` (n_e = 0): a packet whose output is free at its arrival a leaves at
   once (cut-through) and holds the output for tau; otherwise it is dropped.
@@ -33,11 +36,9 @@ explains where this differs from the paper's event-driven simulator
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from testbed.optical.layout import BOUT_RES, BUFFER, CUT, DROP, MAX_NE, MAX_PORTS, OCC_SLOTS, PortConfig, tau_ns
-
-MODEL_NAMES = ("nic", "electronic", "all-optical", "hybrid")
 
 
 @dataclass
@@ -70,62 +71,41 @@ class Decision:
         return self.dep_ns + port.prop_ns + (self.tau_ns if port.peer_host else 0)
 
 
-@dataclass
-class SwitchModel:
-    """One node of the model; see the module docstring.
+class PortModel:
+    """One node: its ports (``ports``: rate, propagation), their counters (``state``) and
+    the node's buffer occupancy; a subclass per port architecture decides.
 
-    ``model`` in MODEL_NAMES; ``n_e`` buffer input/output ports (hybrid only);
-    ``ports`` the per-port configuration (rate, propagation).
-    Raises ValueError for a model name, n_e or port count out of range.
+    Raises ValueError for a port count out of 1..MAX_PORTS.
     """
 
-    model: str
-    n_e: int
-    ports: list[PortConfig]
-    state: list[PortCounters] = field(init=False)
-
-    def __post_init__(self) -> None:
-        if self.model not in MODEL_NAMES:
-            raise ValueError(f"model {self.model!r} not in {MODEL_NAMES}")
-        if not 0 <= self.n_e <= MAX_NE:
-            raise ValueError(f"n_e {self.n_e} not in 0..{MAX_NE}")
-        if not 1 <= len(self.ports) <= MAX_PORTS:
-            raise ValueError(f"{len(self.ports)} ports; a node has 1..{MAX_PORTS}")
+    def __init__(self, ports: list[PortConfig]) -> None:
+        if not 1 <= len(ports) <= MAX_PORTS:
+            raise ValueError(f"{len(ports)} ports; a node has 1..{MAX_PORTS}")
+        self.ports = list(ports)
         self.state = [PortCounters() for _ in self.ports]
-        self.bin_free = [0] * self.n_e
-        # per buffer output: reserved emissions [start, end), sorted and disjoint
-        self.bout: list[list[tuple[int, int]]] = [[] for _ in range(self.n_e)]
         self.max_occ_bytes = 0
         self.occ_overflow = 0
-        self.bout_overflow = 0
         # Occupancy slots (dep_ns, bytes, port), used round-robin like the BPF code.
         self._occ = [[0, 0, 0] for _ in range(OCC_SLOTS)]
         self._occ_next = 0
 
+    def decide(self, a: int, tau: int, port: int) -> tuple[int, int | None]:
+        """(CUT or BUFFER, departure of the head in ns) or (DROP, None) for a packet of
+        ``tau`` ns arriving at ``a`` ns for output ``port``; may change the
+        architecture's own state, not the counters (``offer`` keeps them)."""
+        raise NotImplementedError
+
+    def output_free(self, a: int, port: int) -> bool:
+        """Whether output ``port`` is free for a packet arriving at ``a`` (an output
+        released at a is free)."""
+        return self.state[port].out_free_ns <= a
+
     def offer(self, arrival_ns: int, length: int, port: int) -> Decision:
         """The packet of ``length`` bytes reaching output ``port`` at ``arrival_ns``."""
         a = arrival_ns
-        pc, ps = self.ports[port], self.state[port]
-        tau = tau_ns(length, pc.ps_per_byte)
-        dep: int | None = None
-        if self.model == "nic":
-            dep, kind = max(a, ps.out_free_ns), CUT
-        elif self.model == "electronic":
-            dep, kind = max(a + tau, ps.out_free_ns), BUFFER
-        elif ps.out_free_ns <= a:
-            dep, kind = a, CUT
-        else:
-            kind = DROP
-            if self.model == "hybrid" and self.n_e > 0:
-                free_in = [i for i in range(self.n_e) if self.bin_free[i] < a or self.bin_free[i] == 0]
-                if free_in:
-                    t0 = max(a + tau, ps.out_free_ns)
-                    gaps = [_gap(cal, t0, tau) for cal in self.bout]
-                    bo = min(range(self.n_e), key=lambda i: gaps[i])  # first minimum
-                    dep = gaps[bo]
-                    self.bin_free[free_in[0]] = a + tau
-                    self._reserve(bo, a, dep, dep + tau)
-                    kind = BUFFER
+        ps = self.state[port]
+        tau = tau_ns(length, self.ports[port].ps_per_byte)
+        kind, dep = self.decide(a, tau, port)
         if kind == DROP:
             ps.dropped += 1
             return Decision(DROP, None, tau)
@@ -140,6 +120,72 @@ class SwitchModel:
             ps.buffered += 1
             self._occupy(port, a, dep, length)
         return Decision(kind, dep, tau)
+
+    def _occupy(self, port: int, a: int, dep: int, length: int) -> None:
+        total = length + sum(s[1] for s in self._occ if s[0] > a)
+        mine = length + sum(s[1] for s in self._occ if s[0] > a and s[2] == port)
+        slot = self._occ[self._occ_next % OCC_SLOTS]
+        if slot[0] > a:
+            slot[1] += length
+            slot[0] = max(slot[0], dep)
+            self.occ_overflow += 1
+        else:
+            slot[:] = [dep, length, port]
+        self._occ_next += 1
+        self.max_occ_bytes = max(self.max_occ_bytes, total)
+        self.state[port].max_occ_bytes = max(self.state[port].max_occ_bytes, mine)
+
+
+class NicModel(PortModel):
+    """``nic``: a host NIC serialising its own packets at the link rate (FIFO)."""
+
+    def decide(self, a: int, tau: int, port: int) -> tuple[int, int | None]:
+        return CUT, max(a, self.state[port].out_free_ns)
+
+
+class ElectronicModel(PortModel):
+    """``electronic``: received whole (tau), then FIFO per output; never drops."""
+
+    def decide(self, a: int, tau: int, port: int) -> tuple[int, int | None]:
+        return BUFFER, max(a + tau, self.state[port].out_free_ns)
+
+
+class AllOpticalModel(PortModel):
+    """``all-optical``: cut through on a free output, else drop."""
+
+    def decide(self, a: int, tau: int, port: int) -> tuple[int, int | None]:
+        return (CUT, a) if self.output_free(a, port) else (DROP, None)
+
+
+class HybridModel(PortModel):
+    """``hybrid`` with ``n_e`` buffer input and output ports (see the module docstring).
+
+    Raises ValueError for n_e out of 0..MAX_NE or a port count out of range.
+    """
+
+    def __init__(self, ports: list[PortConfig], n_e: int) -> None:
+        if not 0 <= n_e <= MAX_NE:
+            raise ValueError(f"n_e {n_e} not in 0..{MAX_NE}")
+        super().__init__(ports)
+        self.n_e = n_e
+        self.bin_free = [0] * n_e
+        # per buffer output: reserved emissions [start, end), sorted and disjoint
+        self.bout: list[list[tuple[int, int]]] = [[] for _ in range(n_e)]
+        self.bout_overflow = 0
+
+    def decide(self, a: int, tau: int, port: int) -> tuple[int, int | None]:
+        if self.output_free(a, port):
+            return CUT, a
+        free_in = [i for i in range(self.n_e) if self.bin_free[i] < a or self.bin_free[i] == 0]
+        if not free_in:
+            return DROP, None
+        t0 = max(a + tau, self.state[port].out_free_ns)
+        gaps = [_gap(cal, t0, tau) for cal in self.bout]
+        bo = min(range(self.n_e), key=lambda i: gaps[i])  # first minimum
+        dep = gaps[bo]
+        self.bin_free[free_in[0]] = a + tau
+        self._reserve(bo, a, dep, dep + tau)
+        return BUFFER, dep
 
     def _reserve(self, bo: int, a: int, start: int, end: int) -> None:
         """Reserve [start, end) on buffer output ``bo`` (inside a gap found by _gap):
@@ -157,20 +203,6 @@ class SwitchModel:
             self.bout_overflow += 1
         cal.insert(pos, (start, end))
         self.bout[bo] = cal
-
-    def _occupy(self, port: int, a: int, dep: int, length: int) -> None:
-        total = length + sum(s[1] for s in self._occ if s[0] > a)
-        mine = length + sum(s[1] for s in self._occ if s[0] > a and s[2] == port)
-        slot = self._occ[self._occ_next % OCC_SLOTS]
-        if slot[0] > a:
-            slot[1] += length
-            slot[0] = max(slot[0], dep)
-            self.occ_overflow += 1
-        else:
-            slot[:] = [dep, length, port]
-        self._occ_next += 1
-        self.max_occ_bytes = max(self.max_occ_bytes, total)
-        self.state[port].max_occ_bytes = max(self.state[port].max_occ_bytes, mine)
 
 
 def _gap(cal: list[tuple[int, int]], t: int, tau: int) -> int:

@@ -2,13 +2,16 @@
 routes; read its counters and fidelity monitor at the end of a run.
 
 Created by ``testbed.net.Emulation`` when its topology has an ``optical`` switch. Every
-host linked to an optical switch and every optical switch gets:
+host linked to an optical switch and every optical switch is a node of the fabric with
+a role (``host``, or the switch's ``edge`` / ``core``) and a port architecture
+(``testbed/optical/architectures.py``; hosts: ``nic``), and gets:
 
 * the optswitch ingress (forwarding on switches, fidelity monitor everywhere) and
-  egress programs (port model; on hosts: NIC serialisation at the link rate),
-* an ``fq`` qdisc as root on every such port, which releases each packet at its
-  stamped time (no pacing of its own, no per-flow limit and a horizon that caps
-  rather than drops, so no stamped packet is lost in fq),
+  egress programs (its architecture's decision; on hosts: NIC serialisation at the
+  link rate),
+* on every port, the root qdisc of its architecture's realisation
+  (``testbed/optical/mechanisms.py``; today ``fq``, which releases each packet at its
+  stamped time),
 * on hosts: one shared MAC address and ARP off (the fabric forwards IPv4 by
   destination address; frames then carry the receiver's own MAC).
 
@@ -20,14 +23,16 @@ ledger (qdiscs, the pin dir); programs and clsact go with the devices.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from testbed import bpf, cmd, nsops
 from testbed.errors import DefinitionError
-from testbed.optical import fabric, layout
+from testbed.optical import architectures, fabric, layout
+from testbed.optical.architectures import Assignment
 from testbed.optical.layout import PortConfig
+from testbed.optical.mechanisms import Mechanism
 from testbed.optical.routes import next_hops
 from testbed.units import propagation_delay_s
 
@@ -35,26 +40,36 @@ log = logging.getLogger(__name__)
 
 #: MAC address shared by every host interface on the optical fabric
 HOST_MAC = "02:0f:0f:00:00:01"
-#: fq options: releases at skb->tstamp, never drops or reorders stamped packets itself
-FQ_OPTS = ["limit", "1000000", "flow_limit", "1000000", "horizon", "3600s", "horizon_cap", "nopacing"]
 DEFAULT_LENGTH_M = 10.0
-#: port models of an optical switch (the host NIC's, "nic", is not one)
-SWITCH_MODELS = ("electronic", "all-optical", "hybrid")
+#: the architecture of every host of the fabric
+HOST_ASSIGNMENT = architectures.REGISTRY.assignment("nic", role="host")
 
 
 @dataclass
 class NodePorts:
-    """One node of the fabric: id, model, ports (config), peer node per port."""
+    """One node of the fabric: id, role, port architecture (``assignment``), ports
+    (config), peer node per port; ``mechanism`` the qdisc installed on its ports."""
 
     node_id: int
     name: str
-    model: str
-    n_e: int
+    role: str
+    assignment: Assignment
     ports: list[PortConfig]
     peers: list[str]
     devs: list[str]
     netns: str
     ifindex_of_port: dict[int, int] | None = None  # known once the programs are attached
+    mechanism: Mechanism | None = None  # installed by OpticalFabric.setup
+
+    @property
+    def model(self) -> str:
+        """Name of its architecture (the ``model`` column of the counters)."""
+        return self.assignment.name
+
+    @property
+    def n_e(self) -> int:
+        """Its buffer ports (architectures that have them), else 0."""
+        return self.assignment.params.get("n_e", 0)
 
 
 class EmulationView(Protocol):
@@ -99,10 +114,11 @@ class OpticalFabric:
                     peer_host=peer in hosts))
                 peer_names.append(peer)
             if name in switches:
-                model, n_e = node.model, node.n_e  # type: ignore[attr-defined]
+                role, assignment = node.role, node.assignment
+                assignment.check(ports=len(ports), role=role, key=f"{name}.arch")
             else:
-                model, n_e = "nic", 0
-            self.nodes[name] = NodePorts(node_id, name, model, n_e, ports, peer_names,
+                role, assignment = "host", HOST_ASSIGNMENT
+            self.nodes[name] = NodePorts(node_id, name, role, assignment, ports, peer_names,
                                          list(node.intfs), node.netns)
 
     def setup(self) -> None:
@@ -118,13 +134,11 @@ class OpticalFabric:
         for np in self.nodes.values():
             for dev in np.devs:
                 led.add("qdisc", dev=dev, netns=np.netns, parent="root")
-            # one tc process per node (each costs ~0.3 s under software emulation)
-            script = "".join(f"qdisc replace dev {dev} root fq {' '.join(FQ_OPTS)}\n" for dev in np.devs)
-            cmd.run(["tc", "-batch", "-"], input=script, netns=np.netns)
+            self._install(np)
         bpf.optswitch_load(self.pin_dir, ledger=led)
         for np in self.nodes.values():
             att = bpf.attach_node(led, netns=np.netns, node_id=np.node_id, devs=np.devs,
-                                  pin_dir=self.pin_dir, is_switch=np.model != "nic")
+                                  pin_dir=self.pin_dir, is_switch=np.role != "host")
             ifx = {r["dev"]: r["ifindex"] for r in att}
             ports = [PortConfig(p.ps_per_byte, p.prop_ns, ifx[d], p.peer_host)
                      for p, d in zip(np.ports, np.devs)]
@@ -134,27 +148,60 @@ class OpticalFabric:
         fabric.set_routes(self.pin_dir, self.routes(), flow_hash=any(
             getattr(self.emu.nodes[s], "flow_hash", False) for s in self.switches))
 
+    def _install(self, np: NodePorts) -> None:
+        """Install the mechanism of ``np``'s realisation as the root qdisc of its ports
+        (recorded in the ledger by :meth:`setup`), unless it is installed already."""
+        mech = np.assignment.mechanism
+        if mech != np.mechanism:
+            # one tc process per node (each costs ~0.3 s under software emulation)
+            cmd.run(["tc", "-batch", "-"], input=mech.tc_batch(np.devs), netns=np.netns)
+            np.mechanism = mech
+
     def _write_configs(self) -> None:
         fabric.configure_nodes(self.pin_dir, [
-            fabric.NodeConfig(np.node_id, np.model, np.n_e, np.ports, np.ifindex_of_port)
+            fabric.NodeConfig(np.node_id, np.assignment, np.ports, np.ifindex_of_port)
             for np in self.nodes.values()])
 
-    def reconfigure(self, model: str, n_e: int) -> None:
-        """Give every switch port model ``model`` with ``n_e`` buffer ports and reset
-        the fabric as if new: switch state, counters and the fidelity monitor zeroed.
-        Lets one emulation serve several points (building it costs minutes under
-        software emulation). Raises DefinitionError for an unknown model or n_e."""
-        if model not in SWITCH_MODELS:
-            raise DefinitionError("switch.model", model, " | ".join(SWITCH_MODELS))
-        if not 0 <= n_e <= layout.MAX_NE:
-            raise DefinitionError("switch.n_e", n_e, f"an integer 0..{layout.MAX_NE}")
-        n_e = 0 if model == "all-optical" else n_e
-        for name in self.switches:
-            node = self.emu.nodes[name]
-            node.model, node.n_e = model, n_e  # type: ignore[attr-defined]
-            self.nodes[name].model, self.nodes[name].n_e = model, n_e
+    def reconfigure(self, assignments: Mapping[str, Assignment] | str, n_e: int | None = None) -> None:
+        """Give each node named in ``assignments`` ({node: Assignment}) its port
+        architecture (the others keep theirs) and reset the fabric as if new: every
+        node's state, counters and the fidelity monitor zeroed; a node whose
+        architecture is realised by another mechanism gets that mechanism's qdisc. Lets
+        one emulation serve several points (building it costs minutes under software
+        emulation). Everything is checked before anything changes: raises
+        DefinitionError for a node not in the fabric, or an architecture that does not
+        fit the node's role or port count.
+
+        ``reconfigure(model, n_e)`` (the older form, every switch the same) is
+        ``reconfigure_switches(architectures.from_model(model, n_e))``."""
+        if isinstance(assignments, str):
+            self.reconfigure_switches(architectures.from_model(assignments, 0 if n_e is None else n_e))
+            return
+        for name, a in assignments.items():
+            np = self.nodes.get(name)
+            if np is None:
+                raise DefinitionError("node", name, "a node of the optical fabric: " + ", ".join(self.nodes))
+            a.check(ports=len(np.ports), role=np.role, key=f"{name}.arch")
+        for name, a in assignments.items():
+            np = self.nodes[name]
+            np.assignment = a
+            if name in self.switches:
+                self.emu.nodes[name].assignment = a
+            self._install(np)
         self._write_configs()
         fabric.reset_monitor(self.pin_dir)
+
+    def reconfigure_switches(self, assignment: Assignment) -> None:
+        """:meth:`reconfigure` with every switch given ``assignment``."""
+        self.reconfigure({name: assignment for name in self.switches})
+
+    def by_role(self, assignments: Mapping[str, Assignment]) -> dict[str, Assignment]:
+        """{node: assignment} giving every node whose role is a key of ``assignments``
+        ({role: Assignment}) that assignment, for :meth:`reconfigure`. Raises
+        DefinitionError for a role not in ROLES."""
+        for role in assignments:
+            architectures.check_role(role, key="role")
+        return {name: assignments[np.role] for name, np in self.nodes.items() if np.role in assignments}
 
     def routes(self) -> dict[tuple[int, str], list[int]]:
         """{(switch id, host IPv4): equal-cost output ports} over minimum-hop paths."""

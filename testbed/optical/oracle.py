@@ -28,8 +28,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from testbed.optical import eventsim, traces
+from testbed.optical.architectures import from_model
 from testbed.optical.layout import BUFFER, CUT, DROP, PortConfig
-from testbed.optical.model import SwitchModel
 
 #: absolute bound on the difference of packet loss ratios
 PLR_BOUND = 0.05
@@ -79,7 +79,7 @@ def model_outcomes(packets: Sequence[eventsim.Packet], cfg: Config,
                    ps_per_byte: int = PS_PER_BYTE) -> list[eventsim.Outcome]:
     """The Python reference model's decisions, in the simulator's record type. Packets
     are offered in arrival order (ties in input order), as a node sees them."""
-    sw = SwitchModel(cfg.model, cfg.n_e, [PortConfig(ps_per_byte) for _ in range(cfg.n_a)])
+    sw = from_model(cfg.model, cfg.n_e).reference([PortConfig(ps_per_byte) for _ in range(cfg.n_a)])
     out: list[eventsim.Outcome | None] = [None] * len(packets)
     for i in sorted(range(len(packets)), key=lambda i: packets[i].arrival_ns):
         p = packets[i]

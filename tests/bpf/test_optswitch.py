@@ -17,8 +17,9 @@ import pytest
 
 from testbed import bpf
 from testbed.optical import fabric, layout, routes
+from testbed.optical.architectures import from_model
 from testbed.optical.layout import BUFFER, CUT, DROP, PortConfig
-from testbed.optical.model import SwitchModel, erlang_b1
+from testbed.optical.model import erlang_b1
 
 RATE_BPS = 10e9  # paper units; the model is scale-free in time
 PS = layout.ps_per_byte(RATE_BPS)   # 800 ps/B
@@ -57,9 +58,9 @@ def _random_trace(rng: random.Random, n: int, n_ports: int, load: float) -> list
 def _run_both(pin_dir, model: str, n_e: int, n_ports: int, trace, *, prop_ns=0, peer_host=False):
     ports = _ports(n_ports, prop_ns=prop_ns, peer_host=peer_host)
     bpf.optswitch_load(pin_dir)
-    fabric.configure_node(pin_dir, 3, model, n_e, ports)
+    fabric.configure_node(pin_dir, 3, from_model(model, n_e), ports)
     got = bpf.trace_run(pin_dir, 3, [(bpf.OPTSW_EGRESS, t, ln, p, 0, "10.0.0.2") for t, ln, p in trace])
-    ref = SwitchModel(model, n_e, ports)
+    ref = from_model(model, n_e).reference(ports)
     want = [ref.offer(t, ln, p) for t, ln, p in trace]
     return got, want, ref, ports
 
@@ -95,6 +96,55 @@ def test_decisions_and_departures_equal_reference(pin_dir, model, n_e, seed):
         assert (b["cut"], b["buffered"], b["dropped"], b["bytes"], b["busy_ns"], b["max_occ_bytes"]) == \
             (r.cut, r.buffered, r.dropped, r.bytes, r.busy_ns, r.max_occ_bytes), f"port {p}"
     assert state["max_occ_bytes"] == ref.max_occ_bytes
+
+
+def _registry_assignments() -> list:
+    """Every architecture of the registry with each parameter at its lowest value and at
+    (up to) 4: a new architecture is run here without editing this file."""
+    from testbed.optical.architectures import REGISTRY
+
+    out = []
+    for a in REGISTRY:
+        for pick in (lambda p: p.lo, lambda p: min(max(p.lo, 4), p.bounds(4)[1])):
+            spec = REGISTRY.assignment(a.name, {p.name: pick(p) for p in a.params})
+            if spec not in out:
+                out.append(spec)
+    return out
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("assignment", _registry_assignments(), ids=lambda a: a.spec)
+def test_every_registered_architecture_equals_its_reference_model(pin_dir, assignment):
+    """The BPF dispatch reaches every architecture of the registry (its code, its packed
+    configuration, its header) and each decides as its reference model, packet for packet."""
+    n_a, rng = 4, random.Random(5)
+    trace = _random_trace(rng, 500, n_a, load=0.9)
+    ports = [PortConfig(PS, prop_ns=rng.choice((0, 4830)), peer_host=rng.random() < 0.5) for _ in range(n_a)]
+    bpf.optswitch_load(pin_dir)
+    fabric.configure_node(pin_dir, 3, assignment, ports)
+    host = assignment.arch.roles == ("host",)
+    got = bpf.trace_run(pin_dir, 3, [(bpf.OPTSW_EGRESS, t, ln, p, 0, "10.0.0.2") for t, ln, p in trace],
+                        is_switch=not host)
+    ref = assignment.reference(ports)
+    for i, (g, (t, ln, p)) in enumerate(zip(got, trace)):
+        w = ref.offer(t, ln, p)
+        assert (g["cb0"], g["retval"]) == (w.kind, 2 if w.kind == DROP else 0), f"packet {i}: {g} vs {w}"
+        assert w.kind == DROP or g["tstamp"] == w.stamp(ports[p]), f"packet {i}: {g} vs {w}"
+    state = fabric.read_states(pin_dir, {3: n_a})[3]
+    assert [(b["cut"], b["buffered"], b["dropped"], b["busy_ns"], b["max_occ_bytes"]) for b in state["ports"]] == \
+        [(r.cut, r.buffered, r.dropped, r.busy_ns, r.max_occ_bytes) for r in ref.state]
+
+
+@pytest.mark.root
+def test_an_unknown_architecture_code_is_passed_unmodelled_and_counted(pin_dir):
+    from testbed.optical.architectures import REGISTRY
+
+    bpf.optswitch_load(pin_dir)
+    code = max(a.code for a in REGISTRY) + 1
+    bpf.map_update(pin_dir, "optsw_cfg", [(layout.u32_key(3), layout.node_cfg(code, b"", _ports(2)))])
+    got = bpf.trace_run(pin_dir, 3, [(bpf.OPTSW_EGRESS, 1000, 1500, 1, 0, "10.0.0.2")])
+    assert (got[0]["cb0"], got[0]["retval"]) == (layout.NOCFG, 2)
+    assert fabric.read_states(pin_dir, {3: 2})[3]["ports"][1]["nocfg"] == 1
 
 
 @pytest.mark.root
@@ -205,7 +255,7 @@ def test_all_optical_port_loss_is_erlang_b(pin_dir, rho):
 @pytest.mark.root
 def test_ingress_ecmp_per_packet_is_uniform_and_routes_exact(pin_dir):
     bpf.optswitch_load(pin_dir)
-    fabric.configure_node(pin_dir, 5, "hybrid", 1, _ports(6))
+    fabric.configure_node(pin_dir, 5, from_model("hybrid", 1), _ports(6))
     fabric.set_routes(pin_dir, {(5, "10.0.0.2"): [1, 2, 3, 4], (5, "10.0.0.9"): [5]})
     rng = random.Random(7)
     pkts = [(bpf.OPTSW_INGRESS, i, 1500, 0, rng.getrandbits(32), "10.0.0.2") for i in range(800)]
@@ -222,8 +272,8 @@ def test_ingress_ecmp_per_packet_is_uniform_and_routes_exact(pin_dir):
 @pytest.mark.root
 def test_map_dump_of_listed_keys_equals_those_rows_of_the_full_dump(pin_dir):
     bpf.optswitch_load(pin_dir)
-    fabric.configure_node(pin_dir, 3, "hybrid", 1, _ports(4))
-    fabric.configure_node(pin_dir, 7, "electronic", 0, _ports(2))
+    fabric.configure_node(pin_dir, 3, from_model("hybrid", 1), _ports(4))
+    fabric.configure_node(pin_dir, 7, from_model("electronic", 0), _ports(2))
     full = dict(bpf.map_dump(pin_dir, "optsw_cfg"))
     assert len(full) == 512  # an array: every index is present
     keys = [layout.u32_key(i) for i in (7, 3, 511)]

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import pytest
 
+from testbed.errors import DefinitionError
 from testbed.optical import layout
+from testbed.optical.architectures import from_model
 from testbed.optical.layout import BUFFER, CUT, DROP, PortConfig
-from testbed.optical.model import SwitchModel, erlang_b1
+from testbed.optical.model import PortModel, erlang_b1
 from testbed.optical.routes import next_hops, uniformity_p_value
 
 PS = layout.ps_per_byte(10e9)
 TAU = layout.tau_ns(9064, PS)
 
 
-def _sw(model: str, n_e: int = 0, n: int = 2) -> SwitchModel:
-    return SwitchModel(model, n_e, [PortConfig(PS) for _ in range(n)])
+def _sw(model: str, n_e: int = 0, n: int = 2) -> PortModel:
+    return from_model(model, n_e).reference([PortConfig(PS) for _ in range(n)])
 
 
 def test_tau_of_jumbo_frame_at_10g():
@@ -44,14 +46,14 @@ def test_electronic_store_and_forward_fifo_never_drops():
 
 def test_peer_host_stamp_includes_tail():
     p = PortConfig(PS, prop_ns=50, peer_host=True)
-    d = SwitchModel("all-optical", 0, [p]).offer(1000, 9064, 0)
+    d = from_model("all-optical", 0).reference([p]).offer(1000, 9064, 0)
     assert d.stamp(p) == 1000 + 50 + TAU
 
 
 def test_invalid_parameters_are_rejected():
-    with pytest.raises(ValueError, match="model"):
+    with pytest.raises(DefinitionError, match="model"):
         _sw("optical")
-    with pytest.raises(ValueError, match="n_e"):
+    with pytest.raises(DefinitionError, match="n_e"):
         _sw("hybrid", 33)
     with pytest.raises(ValueError):
         layout.ps_per_byte(0)

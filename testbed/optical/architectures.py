@@ -1,0 +1,321 @@
+"""The registry of port architectures: what a node of the optical fabric does with a
+packet for one of its outputs. One :class:`Architecture` entry each, holding
+
+* its ``name`` and spec syntax (``hybrid:N_E``; :meth:`Registry.parse` reads specs),
+* its parameters with bounds (:class:`ArchParam`; errors name key, value and range),
+* its packed configuration (:meth:`Architecture.pack`: the bytes of
+  ``cfg_node.arch_cfg``, laid out as ``struct optsw_<bpf>_cfg``: the parameters in
+  order, each of its C type, naturally aligned),
+* its reference model (``reference``: a :class:`testbed.optical.model.PortModel`
+  subclass; ``testbed/optical/eventsim.py`` is the independent oracle of the paper's
+  switches),
+* its BPF code identifier: ``bpf``, the header ``ebpf/arch/<bpf>.h`` defining
+  ``optsw_<bpf>_decide``, and ``code``, the value of ``cfg_node.arch``. This registry
+  is the one source of the codes: ``testbed/optical/archgen.py`` generates the BPF
+  dispatch from it (``make -C ebpf``),
+* the ``roles`` a node with it may have (``host``, ``edge``, ``core``),
+* its ``realisation`` (``testbed/optical/mechanisms.py``): ``edt`` (decided at arrival,
+  stamped, released by fq) or ``holding`` (released by a mechanism that can wait for
+  later events; none exists yet, so choosing one fails naming what is missing).
+
+A node gets an :class:`Assignment`: an architecture and its parameter values.
+
+Adding an architecture: its entry below (and in ``REGISTRY``), its BPF header
+``ebpf/arch/<bpf>.h`` and its reference model in ``testbed/optical/model.py``
+(docs/optical-switch.md, "How to add a port architecture").
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+
+from testbed.errors import DefinitionError
+from testbed.optical import model
+from testbed.optical.layout import ARCH_CFG_BYTES, MAX_NE, PortConfig
+from testbed.optical.mechanisms import EDT_FQ, Mechanism, Realisation
+
+#: roles of a node in the fabric: an end host (its own packets), a switch at the edge of
+#: the optical core (next to hosts: burst assembly, large electronic buffers), a switch
+#: of the core
+ROLES = ("host", "edge", "core")
+#: roles of a switch node (testbed.net.OpticalSwitch)
+SWITCH_ROLES = ("edge", "core")
+#: the role of a switch that names none
+DEFAULT_SWITCH_ROLE = "core"
+
+_CTYPES = {"u32": "I", "u64": "Q"}
+
+
+@dataclass(frozen=True)
+class ArchParam:
+    """One integer parameter of an architecture: ``lo``..``hi`` inclusive, and at most
+    the node's number of ports if ``at_most_ports``; ``ctype`` its C type in the
+    architecture's configuration struct (``u32`` or ``u64``)."""
+
+    name: str
+    doc: str
+    lo: int
+    hi: int
+    ctype: str = "u32"
+    at_most_ports: bool = False
+
+    def __post_init__(self) -> None:
+        if self.ctype not in _CTYPES:
+            raise ValueError(f"parameter {self.name}: ctype {self.ctype!r} not in {sorted(_CTYPES)}")
+
+    @property
+    def label(self) -> str:
+        """Its placeholder in a spec (``n_e`` -> ``N_E``)."""
+        return self.name.upper()
+
+    def bounds(self, ports: int | None) -> tuple[int, int]:
+        """(lo, hi) for a node of ``ports`` ports (None: not known yet)."""
+        hi = min(self.hi, ports) if self.at_most_ports and ports is not None else self.hi
+        return self.lo, hi
+
+    def accepted(self, ports: int | None) -> str:
+        lo, hi = self.bounds(ports)
+        why = f" (at most the node's {ports} ports)" if self.at_most_ports and ports is not None else ""
+        return f"{self.label} ({self.doc}) an integer {lo}..{hi}{why}"
+
+    def check(self, value: object, key: str, ports: int | None, shown: object = None) -> int:
+        """``value`` as an int within bounds; else DefinitionError(key, ``shown`` or value)."""
+        lo, hi = self.bounds(ports)
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            raise DefinitionError(key, value if shown is None else shown, self.accepted(ports))
+        return value
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """One port architecture (see the module docstring). ``reference(ports, **values)``
+    builds its reference model."""
+
+    name: str
+    code: int
+    bpf: str
+    doc: str
+    reference: Callable[..., model.PortModel]
+    params: tuple[ArchParam, ...] = ()
+    roles: tuple[str, ...] = SWITCH_ROLES
+    realisation: Realisation = EDT_FQ
+
+    def __post_init__(self) -> None:
+        if not self.bpf.isidentifier():
+            raise ValueError(f"architecture {self.name}: bpf {self.bpf!r} is not a C identifier")
+        if not 0 <= self.code < 2**32:
+            raise ValueError(f"architecture {self.name}: code {self.code} is not a u32")
+        if unknown := set(self.roles) - set(ROLES):
+            raise ValueError(f"architecture {self.name}: roles {sorted(unknown)} not in {ROLES}")
+        if self.cfg_size > ARCH_CFG_BYTES:
+            raise ValueError(f"architecture {self.name}: configuration of {self.cfg_size} B exceeds "
+                             f"{ARCH_CFG_BYTES} B (OPTSW_ARCH_CFG_BYTES)")
+
+    @property
+    def syntax(self) -> str:
+        """Its spec syntax: ``name`` or ``name:P1,P2``."""
+        return self.name + (":" + ",".join(p.label for p in self.params) if self.params else "")
+
+    @property
+    def cfg_format(self) -> str:
+        """struct format of ``struct optsw_<bpf>_cfg`` (C layout: natural alignment,
+        trailing padding to the largest member)."""
+        fmt, off, align = "<", 0, 1
+        for p in self.params:
+            size = struct.calcsize("<" + _CTYPES[p.ctype])
+            pad = -off % size
+            fmt += "x" * pad + _CTYPES[p.ctype]
+            off += pad + size
+            align = max(align, size)
+        return fmt + "x" * (-off % align)
+
+    @property
+    def cfg_size(self) -> int:
+        """Bytes of its packed configuration."""
+        return struct.calcsize(self.cfg_format)
+
+    def pack(self, values: Mapping[str, int]) -> bytes:
+        """The packed configuration of ``values`` (every parameter present)."""
+        return struct.pack(self.cfg_format, *(values[p.name] for p in self.params))
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """An architecture with its parameter values (``values``: (name, value) pairs in the
+    architecture's parameter order); built by :class:`Registry`, which checks them."""
+
+    arch: Architecture
+    values: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.arch.name
+
+    @property
+    def params(self) -> dict[str, int]:
+        return dict(self.values)
+
+    @property
+    def spec(self) -> str:
+        """Its spec (``hybrid:2``), which :meth:`Registry.parse` reads back."""
+        return self.arch.name + (":" + ",".join(str(v) for _, v in self.values) if self.values else "")
+
+    @property
+    def mechanism(self) -> Mechanism:
+        """The kernel mechanism releasing the node's packets (DefinitionError if it does
+        not exist yet)."""
+        return self.arch.realisation.require(self.arch.name, "arch", self.spec)
+
+    def packed(self) -> bytes:
+        """The bytes of ``cfg_node.arch_cfg`` (zero-padded by the map writer)."""
+        return self.arch.pack(self.params)
+
+    def reference(self, ports: list[PortConfig]) -> model.PortModel:
+        """A fresh reference model of a node with ``ports`` under this assignment."""
+        return self.arch.reference(ports, **self.params)
+
+    def check(self, *, ports: int | None = None, role: str | None = None, key: str = "arch") -> None:
+        """Raise DefinitionError(key, spec) unless the values fit a node of ``ports``
+        ports (bounds that depend on them), the architecture allows ``role`` and the
+        kernel mechanism of its realisation exists."""
+        if role is not None and role not in self.arch.roles:
+            raise DefinitionError(key, self.spec, f"an architecture for a node of role {role!r}; "
+                                  f"{self.arch.name!r} serves {', '.join(self.arch.roles)}")
+        for p, (_, v) in zip(self.arch.params, self.values):
+            p.check(v, key, ports, shown=self.spec)
+        self.arch.realisation.require(self.arch.name, key, self.spec)
+
+
+class Registry:
+    """The architectures by name. Raises ValueError when two share a name, code or BPF
+    identifier."""
+
+    def __init__(self, archs: Iterable[Architecture]) -> None:
+        self._archs: dict[str, Architecture] = {}
+        for a in archs:
+            for other in self._archs.values():
+                if a.name == other.name or a.code == other.code or a.bpf == other.bpf:
+                    raise ValueError(f"architectures {other.name} and {a.name} share a name, code or bpf id")
+            self._archs[a.name] = a
+
+    def __iter__(self) -> Iterator[Architecture]:
+        return iter(self._archs.values())
+
+    def names(self, role: str | None = None) -> tuple[str, ...]:
+        """Names of the architectures (for ``role`` only, if given)."""
+        return tuple(a.name for a in self if role is None or role in a.roles)
+
+    def syntax(self, role: str | None = None) -> str:
+        """The accepted specs, e.g. ``electronic | all-optical | hybrid:N_E``."""
+        return " | ".join(a.syntax for a in self if role is None or role in a.roles)
+
+    def get(self, name: str, *, key: str = "arch", role: str | None = None) -> Architecture:
+        """The architecture ``name``; DefinitionError(key) unless it exists (for ``role``)."""
+        arch = self._archs.get(name)
+        if arch is None or (role is not None and role not in arch.roles):
+            raise DefinitionError(key, name, self.syntax(role) + (f" (role {role})" if role else ""))
+        return arch
+
+    def assignment(self, name: str, values: Mapping[str, object] | None = None, *, ports: int | None = None,
+                   role: str | None = None, key: str = "arch") -> Assignment:
+        """Architecture ``name`` with parameter ``values`` (keyword form, e.g.
+        ``{"n_e": 2}``), checked: every parameter given and within bounds (errors name
+        ``key.<param>``), none unknown, the role allowed and the realisation available."""
+        arch = self.get(name, key=key, role=role)
+        given = dict(values or {})
+        if unknown := sorted(set(given) - {p.name for p in arch.params}):
+            raise DefinitionError(f"{key}.{unknown[0]}", given[unknown[0]],
+                                  f"no such parameter of {arch.name!r}; it takes: {arch.syntax}")
+        out = []
+        for p in arch.params:
+            if p.name not in given:
+                raise DefinitionError(f"{key}.{p.name}", None, p.accepted(ports))
+            out.append((p.name, p.check(given[p.name], f"{key}.{p.name}", ports)))
+        a = Assignment(arch, tuple(out))
+        arch.realisation.require(arch.name, key, a.spec)
+        return a
+
+    def parse(self, spec: str, ports: int | None = None, *, role: str | None = DEFAULT_SWITCH_ROLE,
+              key: str = "arch") -> Assignment:
+        """``"hybrid:2"`` -> Assignment(hybrid, n_e = 2) for a node of ``ports`` ports
+        (bounds that depend on them are checked when given) and ``role`` (None: any).
+        Raises DefinitionError(key, spec) naming the accepted syntax and range."""
+        name, sep, args = str(spec).strip().partition(":")
+        arch = self.get(name.strip(), key=key, role=role)
+        texts = [t.strip() for t in args.split(",")] if sep else []
+        if len(texts) != len(arch.params):
+            need = ", ".join(p.accepted(ports) for p in arch.params) or "no parameters"
+            raise DefinitionError(key, spec, f"{arch.syntax} with {need}")
+        values = [(p.name, p.check(t, key, ports, shown=spec)) for p, t in zip(arch.params, texts)]
+        a = Assignment(arch, tuple(values))
+        arch.realisation.require(arch.name, key, spec)
+        return a
+
+
+# ---- the architectures (docs/optical-switch.md; Minakhmetov, Ware, Iannone, II and IV) ----
+
+NIC = Architecture(
+    "nic", 0, "nic", "host NIC: serialises the host's own packets at the link rate, FIFO",
+    reference=model.NicModel, roles=("host",))
+ELECTRONIC = Architecture(
+    "electronic", 1, "electronic", "store-and-forward: received whole, FIFO per output, never drops",
+    reference=model.ElectronicModel)
+ALL_OPTICAL = Architecture(
+    "all-optical", 2, "all_optical", "bufferless: cut-through on a free output, else dropped",
+    reference=model.AllOpticalModel)
+HYBRID = Architecture(
+    "hybrid", 3, "hybrid", "cut-through on a free output, else buffered through one of n_e buffer "
+    "input/output ports (OE, FIFO per output, EO), else dropped",
+    reference=model.HybridModel,
+    params=(ArchParam("n_e", "buffer input and output ports", 1, MAX_NE, at_most_ports=True),))
+
+#: every architecture; the BPF dispatch is generated from this list (archgen.py)
+REGISTRY = Registry([NIC, ELECTRONIC, ALL_OPTICAL, HYBRID])
+
+
+def parse(spec: str, ports: int | None = None, *, role: str | None = DEFAULT_SWITCH_ROLE,
+          key: str = "arch") -> Assignment:
+    """:meth:`Registry.parse` of ``REGISTRY``."""
+    return REGISTRY.parse(spec, ports, role=role, key=key)
+
+
+def from_model(model_name: str, n_e: int, *, key: str = "switch") -> Assignment:
+    """The assignment of the older (model, n_e) pair of topology options and
+    ``OpticalFabric.reconfigure``: ``n_e`` is the hybrid's buffer ports and ignored (as
+    before) by architectures without them. Errors name ``key.model`` / ``key.n_e``."""
+    arch = REGISTRY.get(str(model_name), key=f"{key}.model")
+    if any(p.name == "n_e" for p in arch.params):
+        return REGISTRY.assignment(arch.name, {"n_e": n_e}, key=key)
+    if isinstance(n_e, bool) or not isinstance(n_e, int) or not 0 <= n_e <= MAX_NE:
+        raise DefinitionError(f"{key}.n_e", n_e, f"an integer 0..{MAX_NE}")
+    return REGISTRY.assignment(arch.name, key=key)
+
+
+def switch_assignment(options: Mapping[str, object], *, role: str, key: str,
+                      ports: int | None = None) -> Assignment:
+    """A switch's assignment from its topology options: ``arch`` (a spec, or an
+    Assignment), or the older ``model`` (default hybrid) with ``n_e`` (default 1 for
+    hybrid, else 0); checked against ``role`` and the switch's number of ``ports``
+    (None: not known). Raises DefinitionError naming ``key``."""
+    if "arch" in options:
+        if "model" in options or "n_e" in options:
+            raise DefinitionError(f"{key}.arch", options["arch"], "either arch or the older model/n_e, not both")
+        given = options["arch"]
+        a = given if isinstance(given, Assignment) else parse(str(given), role=role, key=f"{key}.arch")
+    else:
+        name = str(options.get("model", "hybrid"))
+        n_e = options.get("n_e", 1 if name == "hybrid" else 0)
+        a = from_model(name, n_e, key=key)  # type: ignore[arg-type]
+    a.check(ports=ports, role=role, key=f"{key}.arch")
+    return a
+
+
+def check_role(role: object, *, key: str, roles: tuple[str, ...] = ROLES) -> str:
+    """``role`` if it is one of ``roles``; else DefinitionError(key, role)."""
+    if role not in roles:
+        raise DefinitionError(key, role, " | ".join(roles))
+    return str(role)

@@ -1,0 +1,267 @@
+"""The port-architecture registry: specs, bounds, packed configurations, realisations,
+the one source of the architecture codes, and per-node assignments in the fabric."""
+
+from __future__ import annotations
+
+import re
+import struct
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from mininet.topo import Topo
+
+from testbed.errors import DefinitionError
+from testbed.optical import architectures, archgen, layout, mechanisms, model, netfabric
+from testbed.optical.architectures import REGISTRY, ArchParam, Architecture, Assignment, Registry, parse
+from testbed.optical.layout import PortConfig
+
+EBPF = Path(__file__).resolve().parents[2] / "ebpf"
+PS = layout.ps_per_byte(10e9)
+
+
+# ---- specs and bounds ----
+
+def test_parse_reads_the_specs_and_writes_them_back():
+    a = parse("hybrid:2", ports=4)
+    assert (a.name, a.params, a.spec) == ("hybrid", {"n_e": 2}, "hybrid:2")
+    assert parse(" hybrid : 3 ").params == {"n_e": 3}
+    for spec in ("all-optical", "electronic", "hybrid:1"):
+        assert parse(parse(spec).spec) == parse(spec)
+    assert parse("nic", role="host").name == "nic"
+
+
+@pytest.mark.parametrize("spec,ports,key,accepted", [
+    ("hybrid:5", 4, "params.switch", r"N_E \(buffer input and output ports\) an integer 1\.\.4 \(at most the node's 4 ports\)"),
+    ("hybrid:33", None, "params.switch", r"an integer 1\.\.32"),
+    ("hybrid:0", 4, "params.switch", r"an integer 1\.\.4"),
+    ("hybrid:x", 4, "params.switch", r"an integer 1\.\.4"),
+    ("hybrid", 4, "params.switch", r"hybrid:N_E with N_E"),
+    ("hybrid:1,2", 4, "params.switch", r"hybrid:N_E with N_E"),
+    ("all-optical:2", 4, "params.switch", r"all-optical with no parameters"),
+    ("optical", 4, "params.switch", r"electronic \| all-optical \| hybrid:N_E \(role core\)"),
+    ("nic", 4, "params.switch", r"electronic \| all-optical \| hybrid:N_E \(role core\)"),
+])
+def test_a_bad_spec_names_key_value_and_accepted_range(spec, ports, key, accepted):
+    with pytest.raises(DefinitionError) as e:
+        parse(spec, ports, key=key)
+    assert e.value.key == key and e.value.value == spec
+    assert re.search(accepted, e.value.accepted), e.value.accepted
+    assert f"invalid value for '{key}': {spec!r}" in str(e.value)
+
+
+def test_keyword_assignment_names_the_parameter_key():
+    assert REGISTRY.assignment("hybrid", {"n_e": "2"}).params == {"n_e": 2}
+    with pytest.raises(DefinitionError, match=r"'s1\.n_e': 40; accepted: N_E .* an integer 1\.\.32"):
+        REGISTRY.assignment("hybrid", {"n_e": 40}, key="s1")
+    with pytest.raises(DefinitionError, match=r"'s1\.n_e': None"):
+        REGISTRY.assignment("hybrid", {}, key="s1")
+    with pytest.raises(DefinitionError, match=r"'s1\.b': 1; accepted: no such parameter of 'electronic'"):
+        REGISTRY.assignment("electronic", {"b": 1}, key="s1")
+    with pytest.raises(DefinitionError, match=r"role 'host'; 'hybrid' serves edge, core"):
+        parse("hybrid:1").check(role="host")
+    with pytest.raises(DefinitionError, match=r"at most the node's 2 ports"):
+        parse("hybrid:3").check(ports=2)
+
+
+def test_the_older_model_and_n_e_pair_is_read_as_before():
+    assert architectures.from_model("hybrid", 2) == parse("hybrid:2")
+    assert architectures.from_model("all-optical", 3) == parse("all-optical")  # forced 0, as before
+    assert architectures.from_model("electronic", 0) == parse("electronic")
+    with pytest.raises(DefinitionError, match=r"'switch\.model': 'optical'"):
+        architectures.from_model("optical", 0)
+    with pytest.raises(DefinitionError, match=r"'switch\.n_e': 33"):
+        architectures.from_model("electronic", 33)
+
+
+def test_switch_options_give_one_assignment():
+    sw = architectures.switch_assignment
+    assert sw({}, role="core", key="s1") == parse("hybrid:1")
+    assert sw({"model": "electronic"}, role="core", key="s1") == parse("electronic")
+    assert sw({"arch": "hybrid:2"}, role="edge", key="s1", ports=4) == parse("hybrid:2")
+    assert sw({"arch": parse("all-optical")}, role="core", key="s1") == parse("all-optical")
+    with pytest.raises(DefinitionError, match=r"'s1\.arch'.*either arch or the older model/n_e"):
+        sw({"arch": "hybrid:2", "n_e": 2}, role="core", key="s1")
+    with pytest.raises(DefinitionError, match=r"'s1\.arch': 'hybrid:5'.*at most the node's 4 ports"):
+        sw({"arch": "hybrid:5"}, role="core", key="s1", ports=4)
+    with pytest.raises(DefinitionError, match=r"'s1\.role': 'spine'; accepted: edge \| core"):
+        architectures.check_role("spine", key="s1.role", roles=architectures.SWITCH_ROLES)
+
+
+# ---- packed configuration and reference models ----
+
+def test_packed_configuration_is_the_c_struct_of_the_parameters():
+    assert parse("hybrid:5").packed() == struct.pack("<I", 5)
+    assert parse("electronic").packed() == b""
+    mixed = Architecture("mixed", 90, "mixed", "test", model.NicModel,
+                         params=(ArchParam("a", "a", 0, 9), ArchParam("b", "b", 0, 9, ctype="u64"),
+                                 ArchParam("c", "c", 0, 9)))
+    assert mixed.cfg_format == "<IxxxxQIxxxx" and mixed.cfg_size == 24
+    assert mixed.pack({"a": 1, "b": 2, "c": 3}) == struct.pack("<IxxxxQIxxxx", 1, 2, 3)
+    with pytest.raises(ValueError, match="exceeds 64 B"):
+        Architecture("big", 91, "big", "test", model.NicModel,
+                     params=tuple(ArchParam(f"p{i}", "p", 0, 1, ctype="u64") for i in range(9)))
+    cfg = layout.node_cfg(3, parse("hybrid:2").packed(), [PortConfig(PS)])
+    assert struct.unpack_from("<III", cfg) == (3, 1, 2) and len(cfg) == 8 + 64 + 24 * layout.MAX_PORTS
+
+
+def test_each_architecture_has_its_reference_model():
+    ports = [PortConfig(PS) for _ in range(4)]
+    kinds = {a.name: type(REGISTRY.assignment(a.name, {p.name: p.lo for p in a.params}).reference(ports))
+             for a in REGISTRY}
+    assert kinds == {"nic": model.NicModel, "electronic": model.ElectronicModel,
+                     "all-optical": model.AllOpticalModel, "hybrid": model.HybridModel}
+    assert parse("hybrid:3").reference(ports).n_e == 3  # type: ignore[attr-defined]
+
+
+# ---- one source of the architecture codes ----
+
+def test_the_registry_refuses_a_shared_name_code_or_bpf_id():
+    a = architectures.HYBRID
+    for clash in (Architecture("x", a.code, "x", "", model.NicModel), Architecture(a.name, 99, "x", "", model.NicModel),
+                  Architecture("x", 99, a.bpf, "", model.NicModel)):
+        with pytest.raises(ValueError, match="share a name, code or bpf id"):
+            Registry([a, clash])
+
+
+def test_every_architecture_has_its_bpf_header_and_no_other_list_exists():
+    headers = {p.stem for p in (EBPF / "arch").glob("*.h")}
+    assert headers == {a.bpf for a in REGISTRY}, "one ebpf/arch/<bpf>.h per registry entry, and no other"
+    for a in REGISTRY:
+        text = (EBPF / "arch" / f"{a.bpf}.h").read_text()
+        assert f"OPTSW_DECIDE({a.bpf})" in text, a.bpf
+        if a.params:  # its configuration struct has the parameters, in order
+            members = re.search(rf"struct optsw_{a.bpf}_cfg \{{(.*?)\}};", text, re.S).group(1)
+            assert re.findall(r"__(u32|u64) (\w+);", members) == [(p.ctype, p.name) for p in a.params]
+    program = (EBPF / "optswitch.bpf.c").read_text() + (EBPF / "optswitch.h").read_text()
+    assert "OPTSW_MODEL_" not in program and '#include "optsw_archs.h"' in program
+
+
+def test_generated_dispatch_lists_every_code_once_and_the_build_used_it():
+    text = archgen.render()
+    assert re.findall(r"if \(arch == (\d+)\) /\* (\S+) \*/", text) == [(str(a.code), a.name) for a in REGISTRY]
+    assert [f"arch/{a.bpf}.h" for a in REGISTRY] == re.findall(r'#include "(arch/\w+\.h)"', text)
+    built = EBPF / archgen.GENERATED
+    if not built.exists():
+        pytest.skip("ebpf not built")
+    assert built.read_text() == text, "ebpf/.output/optsw_archs.h is stale: run make -C ebpf"
+
+
+# ---- realisations ----
+
+def test_fq_mechanism_installs_the_same_qdisc_as_before():
+    assert mechanisms.FQ.tc_batch(["s1-eth0", "s1-eth1"]) == "".join(
+        f"qdisc replace dev {d} root fq limit 1000000 flow_limit 1000000 horizon 3600s horizon_cap nopacing\n"
+        for d in ("s1-eth0", "s1-eth1"))
+    assert all(a.realisation is mechanisms.EDT_FQ for a in REGISTRY)
+
+
+def _holding_registry(mechanism: mechanisms.Mechanism | None = None) -> Registry:
+    voq = Architecture("voq", 50, "voq", "input buffering with virtual output queues", model.NicModel,
+                       realisation=mechanisms.holding("a VOQ qdisc module (kernel/sch_voq)", mechanism))
+    return Registry([*REGISTRY, voq])
+
+
+def test_choosing_a_holding_architecture_without_its_mechanism_names_what_is_missing():
+    reg = _holding_registry()
+    with pytest.raises(DefinitionError) as e:
+        reg.parse("voq", key="params.switch")
+    assert e.value.key == "params.switch" and e.value.value == "voq"
+    assert "'voq' is realised by holding" in e.value.accepted
+    assert "a VOQ qdisc module (kernel/sch_voq), which does not exist yet" in e.value.accepted
+    with pytest.raises(DefinitionError, match="sch_voq"):
+        reg.assignment("voq")
+    with pytest.raises(DefinitionError, match=r"'s2\.arch': 'voq'.*sch_voq"):  # built by hand: checked too
+        Assignment(reg.get("voq")).check(key="s2.arch")
+    with pytest.raises(ValueError, match="must say what is missing"):
+        mechanisms.Realisation(mechanisms.HOLDING, None)
+
+
+# ---- per-node assignments in the fabric (no kernel: map writes and tc recorded) ----
+
+class _Node(SimpleNamespace):
+    pass
+
+
+def _fabric(monkeypatch, roles: dict[str, str] | None = None):
+    """h1 - s1 - s2 - h2 and h3 on s2; switches hybrid:1 unless ``roles`` says otherwise."""
+    links = [("h1", 0, "s1", 0), ("s1", 1, "s2", 0), ("s2", 1, "h2", 0), ("s2", 2, "h3", 0)]
+    nports: dict[str, int] = {}
+    for a, _, b, _ in links:
+        nports[a] = nports.get(a, 0) + 1
+        nports[b] = nports.get(b, 0) + 1
+    nodes = {}
+    for n, k in nports.items():
+        node = _Node(name=n, intfs=[f"{n}-eth{i}" for i in range(k)], netns=f"t-{n}")
+        if n.startswith("s"):
+            node.role, node.assignment, node.rate_bps, node.tdf = (roles or {}).get(n, "core"), parse("hybrid:1"), 10e9, 1.0
+        nodes[n] = node
+    emu = SimpleNamespace(token="t", ledger=None, nodes=nodes,
+                          port_links=[(a, pa, b, pb, {}) for a, pa, b, pb in links])
+    written, tc = [], []
+    monkeypatch.setattr(netfabric.fabric, "configure_nodes", lambda pin, cfgs: written.append(list(cfgs)))
+    monkeypatch.setattr(netfabric.fabric, "reset_monitor", lambda pin: None)
+    monkeypatch.setattr(netfabric.cmd, "run", lambda argv, **kw: tc.append((kw["netns"], kw["input"])))
+    fab = netfabric.OpticalFabric(emu, ["s1", "s2"], ["h1", "h2", "h3"])
+    for np in fab.nodes.values():
+        fab._install(np)
+    tc.clear()
+    return fab, written, tc
+
+
+def test_reconfigure_gives_each_node_its_own_architecture(monkeypatch):
+    fab, written, tc = _fabric(monkeypatch, roles={"s1": "edge"})
+    assert [(n, np.role, np.model) for n, np in fab.nodes.items()] == [
+        ("h1", "host", "nic"), ("h2", "host", "nic"), ("h3", "host", "nic"), ("s1", "edge", "hybrid"),
+        ("s2", "core", "hybrid")]
+    fab.reconfigure(fab.by_role({"edge": parse("electronic"), "core": parse("hybrid:3", 3)}))
+    cfg = {c.node_id: c.assignment.spec for c in written[-1]}
+    assert cfg == {0: "nic", 1: "nic", 2: "nic", 3: "electronic", 4: "hybrid:3"}
+    assert fab.emu.nodes["s2"].assignment == parse("hybrid:3") and fab.nodes["s2"].n_e == 3
+    assert tc == []  # the same mechanism (fq) stays installed
+    fab.reconfigure("all-optical", 0)  # the older form: every switch the same
+    assert {c.assignment.spec for c in written[-1] if c.node_id >= 3} == {"all-optical"}
+    fab.reconfigure_switches(parse("hybrid:2"))
+    assert [c.assignment.spec for c in written[-1]] == ["nic"] * 3 + ["hybrid:2"] * 2
+
+
+@pytest.mark.parametrize("assignments,match", [
+    ({"s1": "hybrid:3"}, r"'s1\.arch': 'hybrid:3'.*at most the node's 2 ports"),
+    ({"h1": "hybrid:1"}, r"'h1\.arch'.*role 'host'"),
+    ({"s9": "hybrid:1"}, r"'node': 's9'; accepted: a node of the optical fabric"),
+])
+def test_reconfigure_checks_every_node_before_changing_any(monkeypatch, assignments, match):
+    fab, written, _ = _fabric(monkeypatch)
+    with pytest.raises(DefinitionError, match=match):
+        fab.reconfigure({"s2": parse("electronic"), **{n: parse(s, role=None) for n, s in assignments.items()}})
+    assert written == [] and fab.nodes["s2"].model == "hybrid"
+
+
+def test_a_node_gets_the_mechanism_of_its_architectures_realisation(monkeypatch):
+    """Adding a mechanism is an addition: a holding architecture that has one is installed
+    on its nodes only, by the same fabric code."""
+    fab, written, tc = _fabric(monkeypatch)
+    pfifo = mechanisms.Mechanism("pfifo-test", "a stand-in holding qdisc", ("pfifo", "limit", "10"))
+    voq = REGISTRY.get("nic")  # any reference model will do: nothing is offered
+    voq = Architecture("voq", 50, "voq", "test", voq.reference, roles=("core",),
+                       realisation=mechanisms.holding("", pfifo))
+    fab.reconfigure({"s2": Assignment(voq)})
+    assert tc == [("t-s2", "".join(f"qdisc replace dev s2-eth{i} root pfifo limit 10\n" for i in range(3)))]
+    fab.reconfigure({"s2": parse("hybrid:1")})
+    assert tc[-1] == ("t-s2", mechanisms.FQ.tc_batch(["s2-eth0", "s2-eth1", "s2-eth2"]))
+
+
+def test_optical_switch_checks_its_architecture_against_its_ports_before_anything_exists():
+    from testbed.net import OpticalSwitch
+
+    topo = Topo()
+    topo.addSwitch("s1", cls="optical")
+    for h in ("h1", "h2", "h3"):
+        topo.addLink(topo.addHost(h), "s1")
+    emu = SimpleNamespace(topo=topo, token="t")
+    assert OpticalSwitch(emu, "s1", arch="hybrid:3", role="edge").assignment == parse("hybrid:3")  # type: ignore[arg-type]
+    assert OpticalSwitch(emu, "s1", model="hybrid", n_e=2).assignment == parse("hybrid:2")  # type: ignore[arg-type]
+    with pytest.raises(DefinitionError, match=r"'s1\.arch': 'hybrid:4'.*at most the node's 3 ports"):
+        OpticalSwitch(emu, "s1", arch="hybrid:4")  # type: ignore[arg-type]
+    with pytest.raises(DefinitionError, match=r"'s1\.role': 'host'; accepted: edge \| core"):
+        OpticalSwitch(emu, "s1", role="host")  # type: ignore[arg-type]
