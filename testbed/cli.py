@@ -216,7 +216,8 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def cmd_check_tdf(args: argparse.Namespace, argv: list[str]) -> int:
-    from testbed import definition, tdfcheck
+    from testbed import definition, families, tdfcheck
+    from testbed.errors import DefinitionError
     from testbed.results import new_run_dir, write_json
     from testbed.runner import new_run_id
 
@@ -225,6 +226,10 @@ def cmd_check_tdf(args: argparse.Namespace, argv: list[str]) -> int:
     if len(defn.points()) != 1:
         swept = [k for k, vs in defn.sweep.items() if len(vs) > 1]
         raise UsageError(f"check-tdf needs one point; fix the swept key(s) {', '.join(swept)} with --set")
+    metrics = [m.name for m in families.load(defn.family).metrics]
+    if args.metric not in metrics:
+        raise DefinitionError("--metric", args.metric, f"a summary metric of family {defn.family}: "
+                              + ", ".join(metrics))
     d = defn.tdf.factor
     out = (args.out or new_run_dir(f"{defn.name}-tdf-check", new_run_id())).resolve()
     dirs = {}

@@ -280,3 +280,14 @@ def test_report_imports_neither_mininet_nor_os_ken(tmp_path, family_name, key):
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout.strip().splitlines()[-1]) == []
     assert (run / "report" / "index.html").exists()
+
+
+def test_check_tdf_refuses_a_metric_the_family_does_not_declare(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("check-tdf asks for root first")
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, "-m", "testbed", "check-tdf", "e1-demo", "--set", "cca=sack",
+                        "--set", "switch=hybrid:2", "--set", "load=20000 /s", "--metric", "goodput",
+                        "--out", str(out)], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert p.returncode == 2 and "invalid value for '--metric': 'goodput'" in p.stderr
+    assert "throughput_bps" in p.stderr and not out.exists()
