@@ -27,7 +27,7 @@ import pytest
 
 from testbed import bpf
 from testbed.btf import Btf, BtfError
-from testbed.optical import layout
+from testbed.optical import architectures, layout
 
 EBPF = bpf.EBPF_DIR
 
@@ -214,14 +214,36 @@ def test_array_lengths_match_the_python_constants(optsw):
 def test_node_cfg_writes_every_member_by_name(optsw):
     ports = [layout.PortConfig(1000 + i, prop_ns=50_000 + i, ifindex=70 + i, peer_host=i % 2 == 1)
              for i in range(3)]
-    want = {"model": layout.MODELS["hybrid"], "n_e": 5, "n_ports": 3}
+    assert layout.ARCH_CFG_BYTES == optsw.size(optsw.member("optsw_cfg_node", "arch_cfg").type_id)
+    arch_cfg = bytes(range(1, 13))  # a configuration shorter than the room for it
+    room = arch_cfg.ljust(layout.ARCH_CFG_BYTES, b"\0")
+    want = {"arch": 7, "n_ports": 3}
+    want |= {f"arch_cfg[{i}]": int.from_bytes(room[8 * i:8 * i + 8], "little")
+             for i in range(layout.ARCH_CFG_BYTES // 8)}
     for i, p in enumerate(ports):
         want |= {f"port[{i}].ps_per_byte": p.ps_per_byte, f"port[{i}].prop_ns": p.prop_ns,
                  f"port[{i}].ifindex": p.ifindex,
                  f"port[{i}].flags": layout.PORT_PEER_HOST if p.peer_host else 0}
-    assert mismatches(optsw, "optsw_cfg_node", layout.node_cfg("hybrid", 5, ports), want) == []
+    assert mismatches(optsw, "optsw_cfg_node", layout.node_cfg(7, arch_cfg, ports), want) == []
 
 
+@pytest.mark.parametrize("arch", list(architectures.REGISTRY), ids=lambda a: a.name)
+def test_each_architecture_packs_its_bpf_configuration_struct(optsw, arch):
+    """Architecture.pack writes struct optsw_<bpf>_cfg of ebpf/arch/<bpf>.h, member by member."""
+    if not arch.params:
+        assert arch.cfg_size == 0
+        return
+    name = f"optsw_{arch.bpf}_cfg"
+    try:
+        optsw.find(name, "STRUCT")
+    except BtfError:
+        pytest.fail(f"struct {name} is not in the BTF of optswitch.bpf.o, so its layout cannot be "
+                    "checked: clang emits only types that a global, a map or a function signature "
+                    "uses (not a cast's). Make cfg_node.arch_cfg a union of the configurations, "
+                    "or anchor each struct in the generated dispatch.")
+    values = {p.name: (i + 1) * 0x01010101 % (2 ** (32 if p.ctype == "u32" else 64))
+              for i, p in enumerate(arch.params)}
+    assert mismatches(optsw, name, arch.pack(values), values) == []
 def test_keys_route_and_hook_write_every_member_by_name(optsw):
     assert mismatches(optsw, "optsw_ifport_key", layout.ifport_key(7, 123),
                       {"node": 7, "ifindex": 123}) == []
@@ -274,13 +296,11 @@ def test_optswitch_rodata_is_what_the_loader_sets(optsw):
 
 def test_optswitch_header_constants_match_python():
     m = _macros(EBPF / "optswitch.h")
-    assert layout.MODELS == {"nic": m["OPTSW_MODEL_NIC"], "electronic": m["OPTSW_MODEL_ELECTRONIC"],
-                             "all-optical": m["OPTSW_MODEL_ALLOPTICAL"], "hybrid": m["OPTSW_MODEL_HYBRID"]}
     assert (layout.CUT, layout.BUFFER, layout.DROP, layout.NOCFG) == \
         (m["OPTSW_CUT"], m["OPTSW_BUFFER"], m["OPTSW_DROP"], m["OPTSW_NOCFG"])
     assert (layout.PORT_PEER_HOST, layout.ROUTE_FLOW_HASH) == \
         (m["OPTSW_PORT_PEER_HOST"], m["OPTSW_ROUTE_FLOW_HASH"])
-    assert layout.MAX_NODES == m["OPTSW_MAX_NODES"]
+    assert (layout.MAX_NODES, layout.ARCH_CFG_BYTES) == (m["OPTSW_MAX_NODES"], m["OPTSW_ARCH_CFG_BYTES"])
 
 
 def test_test_run_context_offsets_are_the_objects_sk_buff(optsw):
