@@ -20,7 +20,7 @@ is :mod:`testbed.families`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -152,8 +152,9 @@ def _ovs_features(info: dict[str, Any]) -> set[Feature]:
     return {Feature.OVS_KERNEL if info.get("datapath", "system") == "system" else Feature.OVS_USERSPACE}
 
 
-#: switch class (topology ``cls``, testbed.net.SWITCH_CLASSES) -> its kernel features
-SWITCH_FEATURES: dict[str, Any] = {
+#: switch class (topology ``cls``, testbed.net.SWITCH_CLASSES) -> its kernel features,
+#: from the switch's topology info
+SWITCH_FEATURES: dict[str, Callable[[dict[str, Any]], set[Feature]]] = {
     "bridge": lambda info: set(),
     "ovs": _ovs_features,
     # eBPF port model and forwarding on clsact, fq releasing at the stamped time, BTF maps

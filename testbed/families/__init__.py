@@ -4,8 +4,9 @@ One module per family, named after it: ``e1_fattree.py`` holds family ``e1-fattr
 (the ``experiment.family`` of a definition), a subclass of :class:`testbed.family.Family`
 (the contract). :func:`names` lists them without importing any; :func:`load` imports
 the one asked for, so ``testbed run`` and ``testbed report`` load only the family they
-need. Adding a family is adding its module here (plus its topology, analysis and
-definition files); nothing else names it.
+need (a module whose name starts with ``_`` is a helper, not a family). Adding a family
+is adding its module here (plus its topology, analysis and definition files); nothing
+else names it.
 """
 
 from __future__ import annotations

@@ -291,3 +291,69 @@ def test_check_tdf_refuses_a_metric_the_family_does_not_declare(tmp_path):
                         "--out", str(out)], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert p.returncode == 2 and "invalid value for '--metric': 'goodput'" in p.stderr
     assert "throughput_bps" in p.stderr and not out.exists()
+
+
+# ---- a new family is a new module ----------------------------------------------------------
+DUMMY = '''
+"""A family a test adds: two hosts over one switch; no run, just the contract."""
+from testbed.experiment import Param
+from testbed.family import Family
+from testbed.metrics import Metric
+from testbed.units import Dim
+
+
+class DummyPath(Family):
+    name = "{name}"
+    doc = "test family"
+    params = (Param("rate", Dim.RATE, "1 Gbit/s", "link rate", lo=0, lo_open=True),)
+    metrics = (Metric("goodput_bps", "bit/s", "what arrived"),)
+
+    @classmethod
+    def analysis(cls):
+        import sys
+
+        return sys.modules[__name__]  # this module implements analyse()
+
+    @classmethod
+    def topology(cls, values, tdf):
+        from testbed.net import LinkShape
+        from topologies.path import TwoHostPath
+
+        return TwoHostPath(shape=LinkShape(rate_bps=values["rate"].si / tdf.factor), switch="bridge")
+
+
+def analyse(summary, config, out):
+    return [], [("goodput", summary[["goodput_bps"]])]
+'''
+
+
+@pytest.fixture
+def dummy_family(tmp_path, monkeypatch):
+    """testbed/families extended by a folder holding one more family module."""
+    folder = tmp_path / "families"
+    folder.mkdir()
+    (folder / "dummy_path.py").write_text(DUMMY.replace("{name}", "dummy-path"))
+    (folder / "misnamed.py").write_text(DUMMY.replace("{name}", "something-else"))
+    monkeypatch.setattr(families, "__path__", [*families.__path__, str(folder)])
+    yield folder
+    for mod in ("testbed.families.dummy_path", "testbed.families.misnamed"):
+        sys.modules.pop(mod, None)
+
+
+def test_a_new_family_module_is_all_the_registry_needs(dummy_family, tmp_path):
+    assert {"dummy-path", "misnamed"} <= set(families.names())
+    defn = definition.validate({"experiment": {"name": "d", "family": "dummy-path"},
+                                "sweep": {"rate": ["1 Gbit/s", "2 Gbit/s"]}})
+    assert run_features(defn) == {Feature.NETNS, Feature.HTB, Feature.CLSACT_BPF}
+    families.load("dummy-path").check_links(defn, ["h1-s1"])
+    with pytest.raises(families.FamilyError, match="name is 'something-else'"):
+        families.load("misnamed")
+    # its results report through its own analysis
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"experiment": {"name": "d", "family": "dummy-path"},
+                                                 "run": {"tdf": 1}}))
+    (run / "summary.csv").write_text("point,rep,rate,goodput_bps\np0000,0,1 Gbit/s,9e8\n")
+    from analysis.report import generate
+
+    assert "goodput" in generate(run).read_text()
