@@ -137,6 +137,7 @@ class FlowFamily(Family):
 
     @classmethod
     def traffic(cls, fp: FlowPoint) -> TrafficPlan:
+        """How the point's traffic runs (window, duration or limit, series, notifications)."""
         raise NotImplementedError
 
     @classmethod
@@ -147,6 +148,8 @@ class FlowFamily(Family):
 
     @classmethod
     def summarise(cls, fp: FlowPoint, result: "TrafficResult") -> dict[str, Any]:
+        """The summary row (paper units): exactly the family's declared metrics; may
+        write per-transfer files."""
         raise NotImplementedError
 
     # -- shared steps --------------------------------------------------------------------
