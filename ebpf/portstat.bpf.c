@@ -3,8 +3,8 @@
  * portstat: a tc (clsact, direct-action) observer that counts packets and
  * bytes per (node id, port id, direction).
  *
- * The identity of the port comes from read-only data set by the loader
- * before load (tbload --set tb_node_id=N --set tb_port_id=P --set tb_direction=D),
+ * The identity of the port comes from read-only data set before load
+ * (tbload load OBJ PIN_DIR PROG_DIR tb_node_id=N tb_port_id=P tb_direction=D),
  * never from skb->ifindex: ifindexes repeat across network namespaces.
  * The counters map is pinned by the loader and shared by every attachment
  * of one run. Updates are atomic, so concurrent CPUs never lose counts.
