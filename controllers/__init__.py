@@ -9,7 +9,7 @@ For any family:
 
 E3 (the SDN-reconfigured optical space switch, docs/e3.md):
 
-- :mod:`controllers.fabric`: the leaf-spine's port map and the flow tables wanted for
+- :mod:`controllers.portmap`: the leaf-spine's port map and the flow tables wanted for
   an OSS state (pure Python);
 - :mod:`controllers.schedulers`: none / UT / DT / on-demand, pure Python with an
   injectable clock;

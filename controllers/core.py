@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from controllers.fabric import Fabric, desired_flows, desired_ports
+from controllers.portmap import PortMap, desired_flows, desired_ports
 from controllers.schedulers import Clock, OnDemandScheduler, Scheduler, SchedulerError, make
 
 
@@ -25,10 +25,10 @@ class ControllerCore:
     ``on_change``: called after a reservation changed the wanted state (the app wakes
     its loop)."""
 
-    def __init__(self, fabric: Fabric, scheduler: Scheduler, clock: Clock = time.monotonic,
+    def __init__(self, portmap: PortMap, scheduler: Scheduler, clock: Clock = time.monotonic,
                  log_path: Path | None = None, on_change: Callable[[], None] | None = None,
                  events_path: Path | None = None) -> None:
-        self.fabric, self.scheduler, self.clock = fabric, scheduler, clock
+        self.portmap, self.scheduler, self.clock = portmap, scheduler, clock
         self.on_change = on_change or (lambda: None)
         self.applied_state: frozenset = frozenset()
         self.ready_switches: set[str] = set()
@@ -41,9 +41,9 @@ class ControllerCore:
     @classmethod
     def from_config(cls, cfg: dict[str, Any], clock: Clock = time.monotonic,
                     on_change: Callable[[], None] | None = None) -> "ControllerCore":
-        """From the runner's JSON config (keys: fabric, scheduler, sse_s, pairs, elephants,
+        """From the runner's JSON config (keys: portmap, scheduler, sse_s, pairs, elephants,
         log_path)."""
-        fab = Fabric.from_dict(cfg["fabric"])
+        fab = PortMap.from_dict(cfg["portmap"])
         pairs = [tuple(p) for p in cfg.get("pairs") or fab.cluster_pairs()]
         elephants: dict[tuple[str, str], list[tuple[str, str]]] = {}
         for src, dst in cfg.get("elephants", []):
@@ -59,14 +59,14 @@ class ControllerCore:
     # -- what the app applies -------------------------------------------------------
     @property
     def ready(self) -> bool:
-        return self.ready_switches >= set(self.fabric.switches())
+        return self.ready_switches >= set(self.portmap.switches())
 
     def wanted(self) -> frozenset:
         return self.scheduler.circuits(self.clock())
 
     def plan(self, state: frozenset) -> tuple[dict[str, frozenset], dict[tuple[str, int], bool]]:
         """Flow tables and special-port states for ``state``."""
-        return desired_flows(self.fabric, state), desired_ports(self.fabric, state)
+        return desired_flows(self.portmap, state), desired_ports(self.portmap, state)
 
     def applied(self, state: frozenset, *, reason: str, t_start: float, t_done: float, flow_mods: int,
                 port_mods: int) -> dict[str, Any]:
@@ -114,7 +114,7 @@ class ControllerCore:
     # -- REST -----------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         return {**self.scheduler.describe(), "ready": self.ready, "connected": sorted(self.connected),
-                "ready_switches": sorted(self.ready_switches), "switches": self.fabric.switches(),
+                "ready_switches": sorted(self.ready_switches), "switches": self.portmap.switches(),
                 "reconfigurations": self.reconfigurations, "disconnects": self.disconnects,
                 "circuits": [c.to_json() for c in self.applied_state]}
 

@@ -3,9 +3,9 @@ switch reprogrammed by a scheduler, ARP relay, and the REST API.
 
 Started by controllers/e3_process.py as
 ``python -m os_ken.cmd.manager --ofp-listen-host 127.0.0.1 --ofp-tcp-listen-port P
-controllers.e3_app`` with ``E3_CONTROLLER_CONFIG`` naming its JSON config (fabric,
+controllers.e3_app`` with ``E3_CONTROLLER_CONFIG`` naming its JSON config (portmap,
 scheduler, sse_s, pairs, elephants, log_path, rest_host, rest_port). All decisions are
-in controllers/core.py, controllers/fabric.py and controllers/schedulers.py; this
+in controllers/core.py, controllers/portmap.py and controllers/schedulers.py; this
 module only talks OpenFlow:
 
 - on connect: port description -> the switch's name (its LOCAL port is the bridge);
@@ -42,7 +42,7 @@ from os_ken.lib.packet import arp, packet
 from os_ken.ofproto import ofproto_v1_3
 
 from controllers.core import ControllerCore
-from controllers.fabric import Flow
+from controllers.portmap import Flow
 from controllers.rest import RestApp
 
 CONFIG_ENV = "E3_CONTROLLER_CONFIG"
@@ -74,7 +74,7 @@ class E3Controller(app_manager.OSKenApp):
     def attach(self, core: ControllerCore) -> None:
         """Start from ``core`` with no switch connected (the tests build the app this way)."""
         self.core = core
-        self.by_bridge = {b: n for n, b in core.fabric.bridges.items()}
+        self.by_bridge = {b: n for n, b in core.portmap.bridges.items()}
         self.dps: dict[str, object] = {}
         self.ports: dict[str, dict[int, object]] = {}
         self.port_parts: dict[int, list] = {}
@@ -219,10 +219,10 @@ class E3Controller(app_manager.OSKenApp):
         a = packet.Packet(msg.data).get_protocol(arp.arp)
         if a is None:
             return
-        name = self.core.fabric.host_by_ip().get(a.dst_ip)
+        name = self.core.portmap.host_by_ip().get(a.dst_ip)
         if name is None:
             return
-        h = self.core.fabric.hosts[name]
+        h = self.core.portmap.hosts[name]
         dp = self.dps.get(h["tor"])
         if dp is None:
             return
@@ -286,7 +286,7 @@ class E3Controller(app_manager.OSKenApp):
                 self.port_mod(name, port, True)
                 n_port += 1
                 touched.add(name)
-        oss = self.core.fabric.oss
+        oss = self.core.portmap.oss
         for f in flows[oss] - self.installed[oss]:
             self.flow_mod(oss, f, add=True)
             n_flow += 1

@@ -1,12 +1,12 @@
 """The E3 controller (:mod:`controllers.e3_app`) in a process of its own for a run.
 
     with Emulation(topo, ledger, token) as emu, \\
-            E3ControllerProcess(ledger, fabric, out_dir, scheduler="ut", sse_s=10.0) as ctl:
+            E3ControllerProcess(ledger, portmap, out_dir, scheduler="ut", sse_s=10.0) as ctl:
         ctl.status()      # the REST API at ctl.rest_url
 
 An :class:`controllers.osken.OsKenProcess` (ports on the management address, ledgered
 process, readiness: every switch of the fabric connected with its initial flows
-acknowledged) with E3's app and config: the fabric, the scheduler (checked here), the
+acknowledged) with E3's app and config: the port map, the scheduler (checked here), the
 space switch epoch, the ToR pairs and elephants, and where the app logs. Files in
 ``out_dir``: ``controller.json`` (config), ``controller.log`` (os-ken output),
 ``reconfigurations.jsonl`` (one line per reconfiguration, CLOCK_MONOTONIC seconds: the
@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from controllers.fabric import Fabric
+from controllers.portmap import PortMap
 from controllers.osken import OsKenProcess
 from controllers.schedulers import SCHEDULERS
 from testbed.errors import DefinitionError
@@ -42,20 +42,20 @@ class E3ControllerProcess(OsKenProcess):
     app = "controllers.e3_app"
     config_env = CONFIG_ENV
 
-    def __init__(self, ledger: Ledger, fabric: Fabric, out_dir: Path, *, scheduler: str, sse_s: float = 10.0,
+    def __init__(self, ledger: Ledger, portmap: PortMap, out_dir: Path, *, scheduler: str, sse_s: float = 10.0,
                  pairs: list[tuple[str, str]] | None = None, elephants: list[tuple[str, str]] | None = None,
                  host: str = "127.0.0.1", ready_timeout_s: float = 60.0, python: str = sys.executable) -> None:
         if scheduler not in SCHEDULERS:
             raise DefinitionError("params.scheduler", scheduler, " | ".join(SCHEDULERS))
-        super().__init__(ledger, out_dir, list(fabric.bridges.values()), host=host,
+        super().__init__(ledger, out_dir, list(portmap.bridges.values()), host=host,
                          ready_timeout_s=ready_timeout_s, python=python)
-        self.fabric, self.scheduler, self.sse_s = fabric, scheduler, sse_s
+        self.portmap, self.scheduler, self.sse_s = portmap, scheduler, sse_s
         self.pairs, self.elephants = pairs, elephants or []
         self.reconfigurations_path = self.out_dir / "reconfigurations.jsonl"
         self.events_path = self.out_dir / "switch-events.jsonl"
 
     def app_config(self) -> dict[str, Any]:
-        return {"fabric": json.loads(self.fabric.to_json()), "scheduler": self.scheduler, "sse_s": self.sse_s,
+        return {"portmap": json.loads(self.portmap.to_json()), "scheduler": self.scheduler, "sse_s": self.sse_s,
                 "pairs": [list(p) for p in self.pairs] if self.pairs else None,
                 "elephants": [list(e) for e in self.elephants],
                 "log_path": str(self.reconfigurations_path.resolve()), "events_path": str(self.events_path.resolve())}

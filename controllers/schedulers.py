@@ -1,7 +1,7 @@
 """E3 schedulers of the optical space switch (pure Python, injectable clock).
 
 A scheduler answers ``circuits(now)``: the OSS state (a frozenset of
-``controllers.fabric.Circuit``) it wants at time ``now`` (seconds of its clock), and
+``controllers.portmap.Circuit``) it wants at time ``now`` (seconds of its clock), and
 ``next_change(now)``: the next time that answer can change by the passage of time
 alone (None: only events change it). The controller polls it; tests drive it with a
 fake clock.
@@ -26,7 +26,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from controllers.fabric import Circuit
+from controllers.portmap import Circuit
 
 Clock = Callable[[], float]
 SCHEDULERS = ("none", "ut", "dt", "on-demand")

@@ -20,7 +20,7 @@ is :mod:`testbed.families`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -123,17 +123,19 @@ def link_names(topo: "Topo") -> list[str]:
 
 def topology_features(topo: "Topo") -> set[Feature]:
     """Kernel features the nodes and links of ``topo`` need: network namespaces for
-    its nodes, its switch classes' (:data:`SWITCH_FEATURES`), HTB for a link shape
-    with a rate and netem for one with delay or loss. Raises DefinitionError for a
-    switch class without an entry."""
+    its nodes, what each switch class declares (``testbed.net.Switch.features``), HTB
+    for a link shape with a rate and netem for one with delay or loss. Raises
+    DefinitionError for a switch class the testbed does not have."""
+    from testbed.net import SWITCH_CLASSES  # Mininet: runs only, never the report
+
     need = {Feature.NETNS}
     for name in topo.switches():
         info = dict(topo.nodeInfo(name))
         cls_name = str(info.get("cls", "bridge"))
-        if cls_name not in SWITCH_FEATURES:
-            raise DefinitionError(f"switch {name}", cls_name, "a switch class with kernel features declared in "
-                                  "testbed.family.SWITCH_FEATURES: " + ", ".join(sorted(SWITCH_FEATURES)))
-        need |= SWITCH_FEATURES[cls_name](info)
+        if cls_name not in SWITCH_CLASSES:
+            raise DefinitionError(f"switch {name}", cls_name, "a switch class of testbed.net.SWITCH_CLASSES: "
+                                  + ", ".join(sorted(SWITCH_CLASSES)))
+        need |= SWITCH_CLASSES[cls_name].features(info)
     for _, _, info in topo.links(sort=True, withKeys=False, withInfo=True):
         for key in ("shape", "shape1", "shape2"):
             shape = info.get(key)
@@ -144,19 +146,3 @@ def topology_features(topo: "Topo") -> set[Feature]:
             if shape.needs_netem:
                 need.add(Feature.NETEM)
     return need
-
-
-def _ovs_features(info: dict[str, Any]) -> set[Feature]:
-    # "system" is OVSSwitch's default; anything else (netdev, or "auto" before it is
-    # resolved at run time) needs at least the userspace datapath
-    return {Feature.OVS_KERNEL if info.get("datapath", "system") == "system" else Feature.OVS_USERSPACE}
-
-
-#: switch class (topology ``cls``, testbed.net.SWITCH_CLASSES) -> its kernel features,
-#: from the switch's topology info
-SWITCH_FEATURES: dict[str, Callable[[dict[str, Any]], set[Feature]]] = {
-    "bridge": lambda info: set(),
-    "ovs": _ovs_features,
-    # eBPF port model and forwarding on clsact, fq releasing at the stamped time, BTF maps
-    "optical": lambda info: {Feature.FQ, Feature.CLSACT_BPF, Feature.BTF},
-}

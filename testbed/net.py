@@ -15,17 +15,18 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, ClassVar
+from typing import IO, TYPE_CHECKING, Any, ClassVar
 
 from mininet.topo import Topo
 
 from testbed import cmd, nsops, ovs, process
 from testbed.errors import DefinitionError, LedgerError, TestbedError
+from testbed.features import Feature
 from testbed.ledger import Ledger
 from testbed.nsops import netns_exists
 from testbed.names import check_ifname, check_node_name
 from testbed.optical import architectures
-from testbed.optical.netfabric import OpticalFabric
+from testbed.optical.fabric import OpticalFabric
 
 if TYPE_CHECKING:
     from testbed.traffic.control import AgentProcess
@@ -57,8 +58,6 @@ class LinkShape:
 
 class Node:
     """A network namespace ``<token>-<name>`` holding one emulated node."""
-
-    kind: ClassVar[str] = "node"
 
     def __init__(self, emu: "Emulation", name: str, **params: object) -> None:
         self.emu = emu
@@ -104,8 +103,6 @@ class Node:
 class Host(Node):
     """An end host: one IPv4 address on its first interface, a default route."""
 
-    kind = "host"
-
     def configure(self) -> None:
         nsops.add_address(self.intfs[0], self.netns, str(self.params["ip"]))
         nsops.set_default_route(self.intfs[0], self.netns)
@@ -116,15 +113,22 @@ class Host(Node):
 
 
 class Switch(Node):
-    """Base of switch kinds; a subclass decides where its ports live."""
+    """Base of switch classes; a subclass decides where its ports live and declares
+    its registry name (``cls`` in a topology's switch options) and kernel features."""
 
-    kind = "switch"
+    #: the key of this class in SWITCH_CLASSES (``cls=`` in a Topo's switch options)
+    cls_name: ClassVar[str]
+
+    @classmethod
+    def features(cls, info: dict[str, Any]) -> set[Feature]:
+        """Kernel features a switch of this class with topology options ``info`` needs."""
+        return set()
 
 
 class BridgeSwitch(Switch):
     """A Linux bridge in its own namespace: an L2 learning switch needing no OVS."""
 
-    kind = "bridge"
+    cls_name = "bridge"
 
     def start(self) -> None:
         super().start()
@@ -144,8 +148,14 @@ class OVSSwitch(Switch):
     then TX checksum offload is turned off on the hosts' interfaces, as OVS needs).
     """
 
-    kind = "ovs"
+    cls_name = "ovs"
     in_root_namespace = True
+
+    @classmethod
+    def features(cls, info: dict[str, Any]) -> set[Feature]:
+        # "system" is the default; anything else (netdev, or a family's "auto" before
+        # it is resolved at run time) needs at least the userspace datapath
+        return {Feature.OVS_KERNEL if info.get("datapath", "system") == "system" else Feature.OVS_USERSPACE}
 
     def __init__(self, emu: "Emulation", name: str, **params: object) -> None:
         super().__init__(emu, name, **params)
@@ -197,7 +207,12 @@ class OpticalSwitch(Switch):
     DefinitionError (naming ``<name>.<param>``) for a bad value.
     """
 
-    kind = "optical"
+    cls_name = "optical"
+
+    @classmethod
+    def features(cls, info: dict[str, Any]) -> set[Feature]:
+        # eBPF port model and forwarding on clsact, fq releasing at the stamped time, BTF maps
+        return {Feature.FQ, Feature.CLSACT_BPF, Feature.BTF}
 
     def __init__(self, emu: "Emulation", name: str, **params: object) -> None:
         super().__init__(emu, name, **params)
@@ -219,8 +234,7 @@ class OpticalSwitch(Switch):
         self.sysctl("net.ipv6.conf.default.disable_ipv6", 1)
 
 
-SWITCH_CLASSES: dict[str, type[Switch]] = {"ovs": OVSSwitch, "bridge": BridgeSwitch,
-                                           "optical": OpticalSwitch}
+SWITCH_CLASSES: dict[str, type[Switch]] = {c.cls_name: c for c in (OVSSwitch, BridgeSwitch, OpticalSwitch)}
 
 
 class Emulation:
@@ -270,7 +284,7 @@ class Emulation:
             opts = dict(self.topo.nodeInfo(name))
             cls_name = opts.pop("cls", "bridge")
             if cls_name not in SWITCH_CLASSES:
-                raise EmulationError(f"switch {name}: kind {cls_name!r} not in {sorted(SWITCH_CLASSES)}")
+                raise EmulationError(f"switch {name}: class {cls_name!r} not in {sorted(SWITCH_CLASSES)}")
             self.nodes[name] = SWITCH_CLASSES[cls_name](self, name, **opts)
         self.create_namespaces([n.netns for n in self.nodes.values()
                                 if not getattr(n, "in_root_namespace", False)])

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from controllers.broker import OnDemandBroker
-from controllers.fabric import Fabric
+from controllers.portmap import PortMap
 from controllers.e3_process import E3ControllerProcess
 from helpers import require_features, require_root
 from testbed import cmd
@@ -52,7 +52,7 @@ def e3_ledger(datapath_feature: str) -> Iterator[Ledger]:
 
 @contextlib.contextmanager
 def small(ledger: Ledger, *, queue: int = 100, datapath: str = "netdev") -> Iterator[Emulation]:
-    """Fabric links at RATE; host links 5 x RATE (so queues form at the ToRs' egress
+    """PortMap links at RATE; host links 5 x RATE (so queues form at the ToRs' egress
     ports, while the hosts' bursts are paced for the userspace datapath's sockets)."""
     host = LinkShape(rate_bps=5 * RATE, queue_packets=1000)
     topo = LeafSpine(spines=2, tors=4, hosts_per_tor=2, cluster_size=2,
@@ -98,7 +98,7 @@ def listeners_of(pid: int) -> list[tuple[str, int]]:
 def on_demand_scenario(ledger: Ledger, tmp_path: Path, datapath: str) -> None:
     """An elephant with a reservation and two mice on ``datapath`` (netdev or system)."""
     with small(ledger, datapath=datapath) as emu:
-        fab = Fabric.from_emulation(emu)
+        fab = PortMap.from_emulation(emu)
         sched = Schedule((FlowSpec(0, "h0x0", "h2x0", 6 * MB, tag="elephant"),
                           FlowSpec(1, "h0x1", "h2x1", 3 * MB, tag="mouse"),
                           FlowSpec(2, "h1x1", "h3x1", 3 * MB, tag="mouse")))
@@ -142,7 +142,7 @@ def ut_scenario(ledger: Ledger, tmp_path: Path, datapath: str) -> None:
     for scheduler in ("none", "ut"):
         out = tmp_path / scheduler
         with small(ledger, datapath=datapath) as emu:
-            fab = Fabric.from_emulation(emu)
+            fab = PortMap.from_emulation(emu)
             hosts = [emu[h] for h in ("h0x0", "h1x0", "h2x0", "h3x0")]
             with E3ControllerProcess(ledger, fab, out, scheduler=scheduler, sse_s=2 * share) as ctl:
                 with TrafficRun(emu, hosts, Schedule(flows), "cubic", out / "traffic") as run:
@@ -182,7 +182,7 @@ def reconnect_scenario(ledger: Ledger, tmp_path: Path, datapath: str) -> None:
     nothing (503); afterwards both switches hold exactly the flows they had, and
     switch-events.jsonl records the disconnects and the re-initialisation."""
     with small(ledger, datapath=datapath) as emu:
-        fab = Fabric.from_emulation(emu)
+        fab = PortMap.from_emulation(emu)
         with E3ControllerProcess(ledger, fab, tmp_path, scheduler="on-demand") as ctl:
             code, r = ctl.call("POST", "/reservations", {"src": emu["h0x0"].ip, "dst": emu["h2x0"].ip})
             assert code == 201, r

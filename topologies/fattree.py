@@ -52,9 +52,9 @@ def check_k(k: object, key: str = "params.k") -> int:
 
 
 class FatTree(Topo):
-    """k-ary fat-tree of one switch kind.
+    """k-ary fat-tree of one switch class.
 
-    ``switch`` is a switch kind (a key of ``testbed.net.SWITCH_CLASSES``) and
+    ``switch`` is a switch class (a key of ``testbed.net.SWITCH_CLASSES``) and
     ``switch_opts`` its parameters, identical for every switch. ``link_opts`` are given
     to every link (e.g. rate, length, MTU), so all links are alike as in the paper.
     Switches carry ``layer`` (1 edge, 2 aggregation, 3 core) and ``pod`` in their info.

@@ -7,14 +7,14 @@ IPv4 ``10.0.<t>.<i+1>`` (one /24 per ToR, /8 on the host so every peer is on-lin
 the optical space switch ``oss``.
 
 Every ToR has one regular uplink to every spine and one *special* uplink that exists
-twice as a veth pair: its leaf-spine position (to spine ``t mod spines``, link kind
+twice as a veth pair: its leaf-spine position (to spine ``t mod spines``, link purpose
 ``special-ls``) and its diverted position (to the OSS, ``special-oss``). The controller
 keeps exactly one of the two up (OpenFlow port-mod on the ToR side), so the installed
 capacity is constant: when the direct optical link exists, the corresponding leaf-spine
 link is down, and packets queued on a link that is moved away are lost with its queue.
 
 Switches carry ``role`` (tor, spine, oss), ``index`` and ``cluster`` in their info; links
-carry ``kind`` (host, uplink, special-ls, special-oss) so the controller's fabric map
+carry ``purpose`` (host, uplink, special-ls, special-oss) so the controller's fabric map
 (controllers/fabric.py) is derived from the realised emulation, not re-computed.
 """
 
@@ -87,7 +87,7 @@ def tor_subnet(t: int) -> str:
 class LeafSpine(Topo):
     """Leaf-spine + OSS; see the module docstring.
 
-    ``switch`` is the switch kind of every switch (a key of testbed.net.SWITCH_CLASSES;
+    ``switch`` is the switch class of every switch (a key of testbed.net.SWITCH_CLASSES;
     the controller needs ``ovs``), ``switch_opts`` its parameters (e.g. datapath,
     fail_mode), ``link_opts`` given to every link (e.g. ``shape``: rate and queue),
     ``host_link_opts`` to the host links instead if given (tests put the queue at a ToR).
@@ -107,9 +107,9 @@ class LeafSpine(Topo):
             tor = self.addSwitch(tor_name(t), cls=switch, role="tor", index=t, cluster=size.cluster_of(t), **sopts)
             for i in range(hosts_per_tor):
                 h = self.addHost(host_name(t, i), ip=f"{host_ip(t, i)}/8", tor=t)
-                self.addLink(h, tor, kind="host", **hlopts)
+                self.addLink(h, tor, purpose="host", **hlopts)
             for s in range(spines):
-                self.addLink(tor, spine[s], kind="uplink", **lopts)
-            self.addLink(tor, spine[t % spines], kind="special-ls", **lopts)
-            self.addLink(tor, oss, kind="special-oss", **lopts)
+                self.addLink(tor, spine[s], purpose="uplink", **lopts)
+            self.addLink(tor, spine[t % spines], purpose="special-ls", **lopts)
+            self.addLink(tor, oss, purpose="special-oss", **lopts)
 

@@ -8,7 +8,7 @@ from testbed.net import LinkShape
 
 
 class TwoHostPath(Topo):
-    """h1 -- h2, or h1 -- s1 -- h2 when ``switch`` is a switch kind ("ovs", "bridge").
+    """h1 -- h2, or h1 -- s1 -- h2 when ``switch`` is a switch class ("ovs", "bridge").
 
     ``shape`` (emulation units) applies to both directions of the h1 link, so a one-way
     delay d gives an RTT of 2d plus the base RTT.

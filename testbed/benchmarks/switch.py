@@ -26,14 +26,14 @@ def _prog_ns(prog: str, model: str, repeat: int = 100000, runs: int = 5) -> list
     full occupancy scan (the worst case).
     """
     from testbed import bpf
-    from testbed.optical import architectures, fabric, layout
+    from testbed.optical import architectures, layout, maps
 
     pin = bpf.PIN_ROOT / f"bench-optsw-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     try:
         bpf.optswitch_load(pin)
         ports = [layout.PortConfig(layout.ps_per_byte(10e9)) for _ in range(4)]
-        fabric.configure_node(pin, 0, architectures.from_model(model, 2 if model == "hybrid" else 0), ports)
-        fabric.set_routes(pin, {(0, "10.0.0.2"): [0, 1, 2, 3]})
+        maps.configure_node(pin, 0, architectures.from_model(model, 2 if model == "hybrid" else 0), ports)
+        maps.set_routes(pin, {(0, "10.0.0.2"): [0, 1, 2, 3]})
         res = bpf.prog_test_run("optswitch", prog, pin, rodata={"tb_node_id": 0, "tb_is_switch": 1, "tb_test_mode": 1},
                                 data=bpf.udp_frame(1514), repeat=repeat, runs=runs)
         return [float(r["duration_ns"]) for r in res]

@@ -200,17 +200,17 @@ class E3LeafSpine(FlowFamily):
         on demand the broker reserves every elephant's path first and releases each
         when it ended (a polled timeline hook)."""
         from controllers.broker import OnDemandBroker
-        from controllers.fabric import Fabric
+        from controllers.portmap import PortMap
         from controllers.e3_process import E3ControllerProcess
 
         v, D, ctx = fp.values, fp.ctx.tdf, fp.ctx
         assert fp.schedule is not None
         ip_of = {h.name: h.ip for h in fp.hosts}
-        fabric = Fabric.from_emulation(fp.emu, paths=v["paths"])
+        portmap = PortMap.from_emulation(fp.emu, paths=v["paths"])
         elephants = [(ip_of[f.src], ip_of[f.dst]) for f in fp.schedule.flows if f.tag == "elephant"]
         sse_emu = D.time_to_emulation(v["sse"].si)
         # os-ken starts in seconds natively but can take a minute or more in a TCG guest
-        with E3ControllerProcess(ctx.ledger, fabric, ctx.dir, scheduler=v["scheduler"], sse_s=sse_emu,
+        with E3ControllerProcess(ctx.ledger, portmap, ctx.dir, scheduler=v["scheduler"], sse_s=sse_emu,
                                  elephants=elephants, ready_timeout_s=300.0) as ctl:
             oss_before = port_bytes(fp.emu, "oss")
             broker = None

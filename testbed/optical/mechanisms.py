@@ -12,7 +12,7 @@ A port architecture (``testbed/optical/architectures.py``) is realised in one of
   an architecture realised so names what it needs in ``Realisation.missing``, and
   choosing it fails (:meth:`Realisation.require`) before anything is created.
 
-The fabric (``testbed/optical/netfabric.py``) installs, per node, the mechanism of that
+The fabric (``testbed/optical/fabric.py``) installs, per node, the mechanism of that
 node's realisation; adding a mechanism is a new :class:`Mechanism` here and its use in
 an architecture's realisation.
 """

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from testbed import bpf
-from testbed.optical import fabric, layout, routes
+from testbed.optical import layout, maps, routes
 from testbed.optical.architectures import from_model
 from testbed.optical.layout import BUFFER, CUT, DROP, PortConfig
 from testbed.optical.model import erlang_b1
@@ -58,7 +58,7 @@ def _random_trace(rng: random.Random, n: int, n_ports: int, load: float) -> list
 def _run_both(pin_dir, model: str, n_e: int, n_ports: int, trace, *, prop_ns=0, peer_host=False):
     ports = _ports(n_ports, prop_ns=prop_ns, peer_host=peer_host)
     bpf.optswitch_load(pin_dir)
-    fabric.configure_node(pin_dir, 3, from_model(model, n_e), ports)
+    maps.configure_node(pin_dir, 3, from_model(model, n_e), ports)
     got = bpf.trace_run(pin_dir, 3, [(bpf.OPTSW_EGRESS, t, ln, p, 0, "10.0.0.2") for t, ln, p in trace])
     ref = from_model(model, n_e).reference(ports)
     want = [ref.offer(t, ln, p) for t, ln, p in trace]
@@ -90,7 +90,7 @@ def test_decisions_and_departures_equal_reference(pin_dir, model, n_e, seed):
     else:
         assert kinds[BUFFER] > 20
     # Counters and the occupancy maximum equal the reference's.
-    state = fabric.read_states(pin_dir, {3: n_a})[3]
+    state = maps.read_states(pin_dir, {3: n_a})[3]
     for p in range(n_a):
         r, b = ref.state[p], state["ports"][p]
         assert (b["cut"], b["buffered"], b["dropped"], b["bytes"], b["busy_ns"], b["max_occ_bytes"]) == \
@@ -121,7 +121,7 @@ def test_every_registered_architecture_equals_its_reference_model(pin_dir, assig
     trace = _random_trace(rng, 500, n_a, load=0.9)
     ports = [PortConfig(PS, prop_ns=rng.choice((0, 4830)), peer_host=rng.random() < 0.5) for _ in range(n_a)]
     bpf.optswitch_load(pin_dir)
-    fabric.configure_node(pin_dir, 3, assignment, ports)
+    maps.configure_node(pin_dir, 3, assignment, ports)
     host = assignment.arch.roles == ("host",)
     got = bpf.trace_run(pin_dir, 3, [(bpf.OPTSW_EGRESS, t, ln, p, 0, "10.0.0.2") for t, ln, p in trace],
                         is_switch=not host)
@@ -130,7 +130,7 @@ def test_every_registered_architecture_equals_its_reference_model(pin_dir, assig
         w = ref.offer(t, ln, p)
         assert (g["cb0"], g["retval"]) == (w.kind, 2 if w.kind == DROP else 0), f"packet {i}: {g} vs {w}"
         assert w.kind == DROP or g["tstamp"] == w.stamp(ports[p]), f"packet {i}: {g} vs {w}"
-    state = fabric.read_states(pin_dir, {3: n_a})[3]
+    state = maps.read_states(pin_dir, {3: n_a})[3]
     assert [(b["cut"], b["buffered"], b["dropped"], b["busy_ns"], b["max_occ_bytes"]) for b in state["ports"]] == \
         [(r.cut, r.buffered, r.dropped, r.busy_ns, r.max_occ_bytes) for r in ref.state]
 
@@ -144,7 +144,7 @@ def test_an_unknown_architecture_code_is_passed_unmodelled_and_counted(pin_dir):
     bpf.map_update(pin_dir, "optsw_cfg", [(layout.u32_key(3), layout.node_cfg(code, b"", _ports(2)))])
     got = bpf.trace_run(pin_dir, 3, [(bpf.OPTSW_EGRESS, 1000, 1500, 1, 0, "10.0.0.2")])
     assert (got[0]["cb0"], got[0]["retval"]) == (layout.NOCFG, 2)
-    assert fabric.read_states(pin_dir, {3: 2})[3]["ports"][1]["nocfg"] == 1
+    assert maps.read_states(pin_dir, {3: 2})[3]["ports"][1]["nocfg"] == 1
 
 
 @pytest.mark.root
@@ -197,7 +197,7 @@ def test_hybrid_buffer_output_calendar_overflow_equals_reference(pin_dir):
         assert g["cb0"] == w.kind, f"packet {i}: bpf {g} vs reference {w}"
         if w.kind != DROP:
             assert g["tstamp"] == w.stamp(ports[0]), f"packet {i}"
-    assert fabric.read_states(pin_dir, {3: 4})[3]["bout_overflow"] == ref.bout_overflow
+    assert maps.read_states(pin_dir, {3: 4})[3]["bout_overflow"] == ref.bout_overflow
 
 
 @pytest.mark.root
@@ -255,8 +255,8 @@ def test_all_optical_port_loss_is_erlang_b(pin_dir, rho):
 @pytest.mark.root
 def test_ingress_ecmp_per_packet_is_uniform_and_routes_exact(pin_dir):
     bpf.optswitch_load(pin_dir)
-    fabric.configure_node(pin_dir, 5, from_model("hybrid", 1), _ports(6))
-    fabric.set_routes(pin_dir, {(5, "10.0.0.2"): [1, 2, 3, 4], (5, "10.0.0.9"): [5]})
+    maps.configure_node(pin_dir, 5, from_model("hybrid", 1), _ports(6))
+    maps.set_routes(pin_dir, {(5, "10.0.0.2"): [1, 2, 3, 4], (5, "10.0.0.9"): [5]})
     rng = random.Random(7)
     pkts = [(bpf.OPTSW_INGRESS, i, 1500, 0, rng.getrandbits(32), "10.0.0.2") for i in range(800)]
     pkts += [(bpf.OPTSW_INGRESS, 0, 1500, 0, 0, "10.0.0.9"), (bpf.OPTSW_INGRESS, 0, 1500, 0, 0, "10.9.9.9")]
@@ -272,8 +272,8 @@ def test_ingress_ecmp_per_packet_is_uniform_and_routes_exact(pin_dir):
 @pytest.mark.root
 def test_map_dump_of_listed_keys_equals_those_rows_of_the_full_dump(pin_dir):
     bpf.optswitch_load(pin_dir)
-    fabric.configure_node(pin_dir, 3, from_model("hybrid", 1), _ports(4))
-    fabric.configure_node(pin_dir, 7, from_model("electronic", 0), _ports(2))
+    maps.configure_node(pin_dir, 3, from_model("hybrid", 1), _ports(4))
+    maps.configure_node(pin_dir, 7, from_model("electronic", 0), _ports(2))
     full = dict(bpf.map_dump(pin_dir, "optsw_cfg"))
     assert len(full) == 512  # an array: every index is present
     keys = [layout.u32_key(i) for i in (7, 3, 511)]
@@ -301,4 +301,3 @@ def test_state_layout_matches_the_objects_btf():
     size = int(re.match(r" size=(\d+)", block).group(1))
     port_bits = int(re.search(r"'port' type_id=\d+ bits_offset=(\d+)", block).group(1))
     assert (size, port_bits // 8) == (layout.STATE_SIZE, layout.STATE_PORTS_OFFSET)
-    assert fabric.STATE_SIZE == layout.STATE_SIZE

@@ -12,7 +12,7 @@ import pytest
 from mininet.topo import Topo
 
 from testbed.errors import DefinitionError
-from testbed.optical import architectures, archgen, layout, mechanisms, model, netfabric
+from testbed.optical import architectures, archgen, fabric, layout, mechanisms, model
 from testbed.optical.architectures import REGISTRY, ArchParam, Architecture, Assignment, Registry, parse
 from testbed.optical.layout import PortConfig
 
@@ -202,10 +202,10 @@ def _fabric(monkeypatch, roles: dict[str, str] | None = None):
     emu = SimpleNamespace(token="t", ledger=None, nodes=nodes,
                           port_links=[(a, pa, b, pb, {}) for a, pa, b, pb in links])
     written, tc = [], []
-    monkeypatch.setattr(netfabric.fabric, "configure_nodes", lambda pin, cfgs: written.append(list(cfgs)))
-    monkeypatch.setattr(netfabric.fabric, "reset_monitor", lambda pin: None)
-    monkeypatch.setattr(netfabric.cmd, "run", lambda argv, **kw: tc.append((kw["netns"], kw["input"])))
-    fab = netfabric.OpticalFabric(emu, ["s1", "s2"], ["h1", "h2", "h3"])
+    monkeypatch.setattr(fabric.maps, "configure_nodes", lambda pin, cfgs: written.append(list(cfgs)))
+    monkeypatch.setattr(fabric.maps, "reset_monitor", lambda pin: None)
+    monkeypatch.setattr(fabric.cmd, "run", lambda argv, **kw: tc.append((kw["netns"], kw["input"])))
+    fab = fabric.OpticalFabric(emu, ["s1", "s2"], ["h1", "h2", "h3"])
     for np in fab.nodes.values():
         fab._install(np)
     tc.clear()

@@ -271,10 +271,10 @@ def test_node_state_is_parsed_by_member_name(optsw):
         assert port == {f: values[f"port[{p}].{f}"] for f in layout.PORT_STATE_FIELDS}, p
 
 
-def test_optical_fabric_holds_no_other_copy_of_the_state_size():
-    from testbed.optical import fabric
+def test_optical_maps_hold_no_other_copy_of_the_state_size():
+    from testbed.optical import maps
 
-    assert getattr(fabric, "STATE_SIZE", layout.STATE_SIZE) == layout.STATE_SIZE
+    assert not hasattr(maps, "STATE_SIZE")
 
 
 def test_monitor_is_parsed_by_member_name(optsw):

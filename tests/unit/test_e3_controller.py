@@ -13,7 +13,7 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 import pytest
 
 from controllers.core import ControllerCore
-from controllers.fabric import Circuit, Fabric, desired_flows, desired_ports
+from controllers.portmap import Circuit, PortMap, desired_flows, desired_ports
 from controllers.rest import RestApp
 from controllers.schedulers import DTScheduler, OnDemandScheduler, SchedulerError, UTScheduler
 
@@ -26,7 +26,7 @@ class FakeClock:
         return self.t
 
 
-def small_fabric(paths: str = "single") -> Fabric:
+def small_portmap(paths: str = "single") -> PortMap:
     """2 spines, 4 ToRs in clusters of 2, 2 hosts per ToR; port numbers as OVS would
     give them (hosts 1-2, uplinks 3-4, special leaf-spine 5, special OSS 6)."""
     tors = ["t0", "t1", "t2", "t3"]
@@ -44,7 +44,7 @@ def small_fabric(paths: str = "single") -> Fabric:
         spine_port[s] += 1
         oss_port += 1
         special[t] = {"spine": s, "ls": [5, spine_port[s]], "oss": [6, oss_port]}
-    return Fabric(tors=tors, spines=["s0", "s1"], oss="oss", cluster={"t0": 0, "t1": 0, "t2": 1, "t3": 1},
+    return PortMap(tors=tors, spines=["s0", "s1"], oss="oss", cluster={"t0": 0, "t1": 0, "t2": 1, "t3": 1},
                   hosts=hosts, uplinks=uplinks, special=special, paths=paths)
 
 
@@ -77,7 +77,7 @@ def test_ut_rejects_bad_configuration():
 
 
 def test_dt_never_places_a_mouse_on_the_oss():
-    fab = small_fabric()
+    fab = small_portmap()
     elephant = ("10.0.0.1", "10.0.2.1")
     mice = [("10.0.0.2", "10.0.2.2"), ("10.0.1.2", "10.0.3.2")]
     dt = DTScheduler(FakeClock(0.0), PAIRS, sse_s=4.0, elephants={("t0", "t2"): [elephant]})
@@ -100,7 +100,7 @@ def test_dt_never_places_a_mouse_on_the_oss():
 
 # -- on demand ---------------------------------------------------------------------------
 def on_demand(clock: FakeClock) -> OnDemandScheduler:
-    fab = small_fabric()
+    fab = small_portmap()
     return OnDemandScheduler(clock, {h["ip"]: h["tor"] for h in fab.hosts.values()}, fab.cluster)
 
 
@@ -144,7 +144,7 @@ def test_on_demand_rejects_bad_requests():
 
 # -- flow tables -------------------------------------------------------------------------
 def test_circuit_moves_the_special_link_and_keeps_every_pair_connected():
-    fab = small_fabric()
+    fab = small_portmap()
     state = frozenset({Circuit("t0", "t2", None)})
     ports = desired_ports(fab, state)
     assert ports[("t0", 6)] and not ports[("t0", 5)]          # t0's special link is on the OSS
@@ -154,7 +154,7 @@ def test_circuit_moves_the_special_link_and_keeps_every_pair_connected():
     assert oss == {fab.special["t0"]["oss"][1]: fab.special["t2"]["oss"][1],
                    fab.special["t2"]["oss"][1]: fab.special["t0"]["oss"][1]}
     for paths in ("single", "spread"):
-        fab = small_fabric(paths)
+        fab = small_portmap(paths)
         for st in (frozenset(), state):
             tables = desired_flows(fab, st)
             for name, h in fab.hosts.items():   # every ToR has a route to every host
@@ -164,13 +164,13 @@ def test_circuit_moves_the_special_link_and_keeps_every_pair_connected():
                     assert all(ports_ok(fab, t, f.out, st) for f in outs)
 
 
-def ports_ok(fab: Fabric, tor: str, port: object, state: frozenset) -> bool:
+def ports_ok(fab: PortMap, tor: str, port: object, state: frozenset) -> bool:
     """A flow never outputs to a special port that is down in ``state``."""
     return desired_ports(fab, state).get((tor, port), True) if isinstance(port, int) else True
 
 
 def test_no_circuit_means_no_oss_flow():
-    tables = desired_flows(small_fabric(), frozenset())
+    tables = desired_flows(small_portmap(), frozenset())
     assert tables["oss"] == frozenset()
 
 
@@ -183,7 +183,7 @@ class Quiet(WSGIRequestHandler):
 @pytest.fixture
 def api():
     """The REST app over an on-demand core, served on 127.0.0.1 (ephemeral port)."""
-    fab = small_fabric()
+    fab = small_portmap()
     clock = FakeClock()
     sched = OnDemandScheduler(clock, {h["ip"]: h["tor"] for h in fab.hosts.values()}, fab.cluster)
     core = ControllerCore(fab, sched, clock)
@@ -236,7 +236,7 @@ def test_rest_invalid_requests_get_4xx_with_a_message(api, method, path, body, s
 
 
 def test_rest_reservation_refused_under_a_time_scheduler():
-    fab = small_fabric()
+    fab = small_portmap()
     core = ControllerCore(fab, UTScheduler(FakeClock(), PAIRS, 10.0), FakeClock())
     core.ready_switches = set(fab.switches())
     status, body = [], []
@@ -248,7 +248,7 @@ def test_rest_reservation_refused_under_a_time_scheduler():
 
 
 def test_reconfiguration_log_lines(tmp_path):
-    fab = small_fabric()
+    fab = small_portmap()
     clock = FakeClock(5.0)
     core = ControllerCore(fab, UTScheduler(clock, PAIRS, 2.0), clock, log_path=tmp_path / "r.jsonl")
     core.applied(core.wanted(), reason="epoch", t_start=5.0, t_done=5.01, flow_mods=6, port_mods=4)
@@ -261,7 +261,7 @@ def test_reconfiguration_log_lines(tmp_path):
 
 
 def test_a_lost_switch_makes_the_controller_not_ready_until_it_is_back(tmp_path):
-    fab = small_fabric()
+    fab = small_portmap()
     clock = FakeClock(1.0)
     core = ControllerCore(fab, on_demand(clock), clock, events_path=tmp_path / "e.jsonl")
     for name in fab.switches():
@@ -359,7 +359,7 @@ def app_with_switches(core: ControllerCore):
     app.wake = hub.Event()
     app.attach(core)
     switches = {}
-    for i, name in enumerate(core.fabric.switches()):
+    for i, name in enumerate(core.portmap.switches()):
         switches[name] = connect(app, name, i + 1)
     assert core.ready
     return app, switches
@@ -375,7 +375,7 @@ def connect(app, name: str, dpid: int) -> FakeSwitch:
 
 def fresh_tables(core: ControllerCore, state: frozenset) -> dict[str, tuple[dict, dict]]:
     """What each switch holds after connecting to an app whose applied state is ``state``."""
-    ref = ControllerCore(core.fabric, core.scheduler, core.clock)
+    ref = ControllerCore(core.portmap, core.scheduler, core.clock)
     ref.applied_state = state
     _, switches = app_with_switches(ref)
     return {n: (sw.table, sw.port_up) for n, sw in switches.items()}
@@ -388,7 +388,7 @@ def test_a_reconfiguration_abandoned_half_way_is_undone_or_completed(then):
     every switch must hold exactly the tables of the then wanted state, including when
     that is the applied state again (the reservation released meanwhile)."""
     clock = FakeClock(1.0)
-    core = ControllerCore(small_fabric(), on_demand(clock), clock)
+    core = ControllerCore(small_portmap(), on_demand(clock), clock)
     app, switches = app_with_switches(core)
     empty = frozenset()
     assert {n: (s.table, s.port_up) for n, s in switches.items()} == fresh_tables(core, empty)

@@ -58,8 +58,8 @@ def test_few_hosts_still_separate_elephants_from_mice():
 def test_topology_counts_and_special_links():
     topo = LeafSpine(spines=2, tors=6, hosts_per_tor=3, cluster_size=3)
     assert len(topo.hosts()) == 18 and len(topo.switches()) == 9
-    kinds = [info["kind"] for _, _, info in topo.links(withInfo=True)]
-    assert kinds.count("special-ls") == kinds.count("special-oss") == 6 and kinds.count("uplink") == 12
+    purposes = [info["purpose"] for _, _, info in topo.links(withInfo=True)]
+    assert purposes.count("special-ls") == purposes.count("special-oss") == 6 and purposes.count("uplink") == 12
     with pytest.raises(DefinitionError, match="cluster_size"):
         LeafSpineSize(2, 5, 2, 3).check()
 

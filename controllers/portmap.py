@@ -1,6 +1,6 @@
 """The E3 fabric as the controller sees it, and the flow tables it wants (pure Python).
 
-``Fabric`` is the port map of a realised leaf-spine (topologies/leafspine.py): which
+``PortMap`` is the port map of a realised leaf-spine (topologies/leafspine.py): which
 OpenFlow port of which switch leads where. It is built from ``Emulation.port_links``
 by the testbed and handed to the controller as JSON. ``desired_flows`` and
 ``desired_ports`` turn an OSS state (the circuits a scheduler wants) into every switch's
@@ -60,7 +60,7 @@ class Flow:
 
 
 @dataclass
-class Fabric:
+class PortMap:
     """Port map of the leaf-spine; all ports are OpenFlow port numbers."""
 
     tors: list[str]
@@ -75,7 +75,7 @@ class Fabric:
 
     # -- construction ---------------------------------------------------------------
     @classmethod
-    def from_emulation(cls, emu: Any, paths: str = "single") -> "Fabric":
+    def from_emulation(cls, emu: Any, paths: str = "single") -> "PortMap":
         """From a realised ``LeafSpine`` (testbed.net.Emulation): OVS ports are numbered
         from 1 in interface order (testbed.net.OVSSwitch)."""
         info = {n: dict(emu.topo.nodeInfo(n)) for n in emu.topo.switches()}
@@ -86,19 +86,19 @@ class Fabric:
                   cluster={n: int(i["cluster"]) for n, i in info.items() if roles[n] == "tor"},
                   hosts={}, uplinks={}, special={}, paths=paths)
         for a, ia, b, ib, linfo in emu.port_links:
-            kind = linfo.get("kind")
+            purpose = linfo.get("purpose")
             ends = {a: ia + 1, b: ib + 1}
-            if kind == "host":
+            if purpose == "host":
                 host, tor = (a, b) if a not in roles else (b, a)
                 fab.hosts[host] = {"ip": emu[host].ip, "tor": tor, "port": ends[tor]}
                 continue
             tor = a if roles.get(a) == "tor" else b
             other = b if tor == a else a
-            if kind == "uplink":
+            if purpose == "uplink":
                 fab.uplinks.setdefault(tor, {})[other] = [ends[tor], ends[other]]
-            elif kind == "special-ls":
+            elif purpose == "special-ls":
                 fab.special.setdefault(tor, {}).update(spine=other, ls=[ends[tor], ends[other]])
-            elif kind == "special-oss":
+            elif purpose == "special-oss":
                 fab.special.setdefault(tor, {})["oss"] = [ends[tor], ends[other]]
         fab.bridges = {n: getattr(emu[n], "bridge", n) for n in info}
         fab.check()
@@ -118,7 +118,7 @@ class Fabric:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Fabric":
+    def from_dict(cls, d: dict[str, Any]) -> "PortMap":
         fab = cls(**d)
         fab.check()
         return fab
@@ -150,7 +150,7 @@ def diverted(state: frozenset) -> set[str]:
     return {t for c in state for t in (c.a, c.b)}
 
 
-def desired_ports(fab: Fabric, state: frozenset) -> dict[tuple[str, int], bool]:
+def desired_ports(fab: PortMap, state: frozenset) -> dict[tuple[str, int], bool]:
     """(ToR, port) -> administratively up, for both positions of every special link."""
     div = diverted(state)
     out: dict[tuple[str, int], bool] = {}
@@ -169,7 +169,7 @@ def _ip_flow(prio: int, out: int, **kw: Any) -> Flow:
     return Flow(prio, _match(eth_type=ETH_IP, **kw), out)
 
 
-def desired_flows(fab: Fabric, state: frozenset) -> dict[str, frozenset[Flow]]:
+def desired_flows(fab: PortMap, state: frozenset) -> dict[str, frozenset[Flow]]:
     """Every switch's flow table for OSS ``state`` (a frozenset of Circuit)."""
     div = diverted(state)
     tables: dict[str, set[Flow]] = {s: set() for s in fab.switches()}
@@ -220,7 +220,7 @@ def _host_index(name: str) -> int:
     return int(name.rpartition("x")[2]) if "x" in name else 0
 
 
-def _uplink_candidates(fab: Fabric, x: str, y: str, div: set[str]) -> list[tuple[int, str]]:
+def _uplink_candidates(fab: PortMap, x: str, y: str, div: set[str]) -> list[tuple[int, str]]:
     """(ToR x port, spine) through which x reaches ToR y in the leaf-spine."""
     out = []
     for s in fab.spines:
@@ -233,7 +233,7 @@ def _uplink_candidates(fab: Fabric, x: str, y: str, div: set[str]) -> list[tuple
     return out
 
 
-def _spine_down_ports(fab: Fabric, s: str, y: str, div: set[str]) -> list[int]:
+def _spine_down_ports(fab: PortMap, s: str, y: str, div: set[str]) -> list[int]:
     ports = [fab.uplinks[y][s][1]]
     sp = fab.special[y]
     if fab.paths == "spread" and sp["spine"] == s and y not in div:

@@ -1,0 +1,77 @@
+"""Configure and read the optswitch BPF maps of one run (through ``testbed.bpf``).
+
+Used by the optical switch node class (testbed/net.py), by the BPF tests (single
+switch, injected time) and by the runner (counters and fidelity monitor at the end of
+a point).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from testbed import bpf
+from testbed.optical import layout
+from testbed.optical.architectures import Assignment
+from testbed.optical.layout import PortConfig
+
+
+@dataclass
+class NodeConfig:
+    """One node's configuration: its port architecture with its parameters
+    (``assignment``), its ports, and the ifindex of each port number (optional)."""
+
+    node_id: int
+    assignment: Assignment
+    ports: list[PortConfig]
+    ifindex_of_port: dict[int, int] | None = None
+
+
+def configure_nodes(pin_dir: Path, nodes: list[NodeConfig]) -> None:
+    """Write every node's configuration and (ifindex -> port) entries and reset its
+    state (all ports free, counters zero): one loader call per map, not per node."""
+    bpf.map_update(pin_dir, "optsw_cfg", [(layout.u32_key(n.node_id),
+                                           layout.node_cfg(n.assignment.arch.code, n.assignment.packed(), n.ports))
+                                          for n in nodes])
+    bpf.map_update(pin_dir, "optsw_state", [(layout.u32_key(n.node_id), bytes(layout.STATE_SIZE)) for n in nodes])
+    bpf.map_update(pin_dir, "optsw_ifport",
+                   [(layout.ifport_key(n.node_id, ifx), layout.u32_key(port))
+                    for n in nodes for port, ifx in sorted((n.ifindex_of_port or {}).items())])
+
+
+def configure_node(pin_dir: Path, node_id: int, assignment: Assignment, ports: list[PortConfig],
+                   *, ifindex_of_port: dict[int, int] | None = None) -> None:
+    """:func:`configure_nodes` for one node."""
+    configure_nodes(pin_dir, [NodeConfig(node_id, assignment, ports, ifindex_of_port)])
+
+
+
+def set_routes(pin_dir: Path, routes: dict[tuple[int, str], list[int]], *, flow_hash: bool = False) -> None:
+    """Write routes {(node id, destination IPv4): [equal-cost output ports]}."""
+    bpf.map_update(pin_dir, "optsw_routes",
+                   [(layout.route_key(n, dst), layout.route_value(ports, flow_hash))
+                    for (n, dst), ports in sorted(routes.items())])
+
+
+def read_states(pin_dir: Path, n_ports: dict[int, int]) -> dict[int, dict]:
+    """Counters of the nodes in ``n_ports`` ({node id: ports in use}): per node
+    ``max_occ_bytes``, ``occ_overflow``, ``bout_overflow`` and ``ports`` (a dict per port)."""
+    out = {}
+    for k, v in bpf.map_dump(pin_dir, "optsw_state", [layout.u32_key(n) for n in sorted(n_ports)]):
+        node = int.from_bytes(k, "little")
+        if node in n_ports:
+            out[node] = layout.parse_node_state(v, n_ports[node])
+    return out
+
+
+def reset_monitor(pin_dir: Path) -> None:
+    """Zero the fidelity monitor (count, maxima, histogram)."""
+    bpf.map_update(pin_dir, "optsw_monitor", [(layout.u32_key(0), bytes(layout.MONITOR_SIZE))])
+
+
+def read_monitor(pin_dir: Path) -> dict:
+    """The fidelity monitor's summary (packets, early, p50_ns, p99_ns, max_ns, mean_ns)."""
+    rows = bpf.map_dump(pin_dir, "optsw_monitor")
+    if not rows:
+        return layout.lateness_summary({"count": 0, "early": 0, "max_ns": 0, "sum_ns": 0, "buckets": []})
+    return layout.lateness_summary(layout.parse_monitor(rows[0][1]))
