@@ -31,16 +31,16 @@ CCA_ORDER = ("saw", "sawl", "sack", "msack", "reno", "cubic", "bbr", "paced-reno
 
 
 def switch_config(row: pd.Series) -> tuple[str, int, float]:
-    """(kind, n_e, initial RTO in s) of a summary row, from ``switch`` = all-optical |
+    """(arch, n_e, initial RTO in s) of a summary row, from ``switch`` = all-optical |
     hybrid:N | electronic, optionally @RTO (else the ``initial_rto`` column, else the
-    paper's 1 ms). kind is all-optical, hybrid or electronic; n_e is 0 but for hybrid.
-    Raises UnitError for an RTO that is not a time."""
+    paper's 1 ms). arch is the switches' port architecture (all-optical, hybrid or
+    electronic); n_e is 0 but for hybrid. Raises UnitError for an RTO that is not a time."""
     config, _, rto_text = str(row["switch"]).partition("@")
     config = config.strip()
     rto_value = rto_text.strip() or row.get("initial_rto")
     rto = Quantity.parse(rto_value, Dim.TIME).si if isinstance(rto_value, str) and rto_value else PAPER_RTO_S
-    kind, _, n_text = config.partition(":")
-    return kind, int(n_text) if kind == "hybrid" else 0, rto
+    arch, _, n_text = config.partition(":")
+    return arch, int(n_text) if arch == "hybrid" else 0, rto
 
 
 def switch_label(row: pd.Series) -> str:
@@ -50,8 +50,8 @@ def switch_label(row: pd.Series) -> str:
     return _label(*switch_config(row))
 
 
-def _label(kind: str, n_e: int, rto: float) -> str:
-    if kind == "electronic":
+def _label(arch: str, n_e: int, rto: float) -> str:
+    if arch == "electronic":
         return f"electronic, RTO {Quantity(rto, Dim.TIME)}"
     label = f"n_e = {n_e}"
     return label if math.isclose(rto, PAPER_RTO_S) else f"{label}, RTO {Quantity(rto, Dim.TIME)}"
@@ -67,12 +67,12 @@ def _label_order(label: str) -> tuple[int, float, float]:
 
 def configs(summary: pd.DataFrame) -> pd.DataFrame:
     """The summary with each row's configuration in SI: ``config`` (the curve label),
-    ``kind``, ``n_e``, ``rto_s``, ``load_per_s`` and ``length_m``. Raises UnitError for
+    ``arch``, ``n_e``, ``rto_s``, ``load_per_s`` and ``length_m``. Raises UnitError for
     a load, length or RTO without its unit."""
     s = summary.copy()
     parsed = [switch_config(r) for _, r in s.iterrows()]
     s["config"] = [_label(*p) for p in parsed]
-    s["kind"] = [p[0] for p in parsed]
+    s["arch"] = [p[0] for p in parsed]
     s["n_e"] = [p[1] for p in parsed]
     s["rto_s"] = [p[2] for p in parsed]
     s["load_per_s"] = [Quantity.parse(v, Dim.FREQUENCY).si for v in s["load"]]

@@ -2,7 +2,7 @@
 section V) evaluated on a run's repetitions with 95 % intervals (``analysis.findings``).
 
 Input: the summary with each row's configuration parsed (``analysis.e1.configs``:
-columns ``cca``, ``kind``, ``n_e``, ``rto_s``, ``load_per_s``, ``length_m``, ``config``,
+columns ``cca``, ``arch``, ``n_e``, ``rto_s``, ``load_per_s``, ``length_m``, ``config``,
 the measured ``throughput_bps`` / ``max_buffer_bytes``, and ``k``, ``size_scale`` when
 present). Every comparison but F4c is made at the paper's initial RTO of 1 ms.
 
@@ -82,13 +82,13 @@ def evaluate(s: pd.DataFrame) -> list[Finding]:
 
 # ---- selection -------------------------------------------------------------------------
 
-def _rows(s: pd.DataFrame, cca: str | None = None, kind: str | None = None, n_e: int | None = None,
+def _rows(s: pd.DataFrame, cca: str | None = None, arch: str | None = None, n_e: int | None = None,
           length: float | None = None, load: float | None = None, rto: float | None = None) -> pd.DataFrame:
     m = pd.Series(True, index=s.index)
     if cca is not None:
         m &= s["cca"] == cca
-    if kind is not None:
-        m &= s["kind"] == kind
+    if arch is not None:
+        m &= s["arch"] == arch
     if n_e is not None:
         m &= s["n_e"] == n_e
     for col, value in (("length_m", length), ("load_per_s", load), ("rto_s", rto)):
@@ -102,7 +102,7 @@ def _lengths(s: pd.DataFrame) -> list[float]:
 
 
 def _hybrids(s: pd.DataFrame) -> list[int]:
-    return sorted(set(s[s["kind"] == "hybrid"]["n_e"]))
+    return sorted(set(s[s["arch"] == "hybrid"]["n_e"]))
 
 
 def _m(length: float) -> str:
@@ -182,8 +182,8 @@ def _f1a(s: pd.DataFrame, cca: str) -> Finding:
     needed = f"cca = {cca} with switch = all-optical and hybrid:N at a common load and link length"
 
     def each(length: float) -> list[Finding]:
-        opt = _rows(c, kind="all-optical", length=length)
-        return [_at_high_load(id, claim, (f"n_e = {n}", _rows(c, kind="hybrid", n_e=n, length=length)),
+        opt = _rows(c, arch="all-optical", length=length)
+        return [_at_high_load(id, claim, (f"n_e = {n}", _rows(c, arch="hybrid", n_e=n, length=length)),
                               ("n_e = 0", opt), f"{_name(cca)}, {_m(length)}", needed, low=1.0)
                 for n in _hybrids(_rows(c, length=length))]
 
@@ -192,7 +192,7 @@ def _f1a(s: pd.DataFrame, cca: str) -> Finding:
 
 def _f1b(s: pd.DataFrame, cca: str) -> Finding:
     id, claim = f"F1b-{cca}", f"{_name(cca)}: all-optical throughput collapses past saturation"
-    c = _rows(s, cca=cca, kind="all-optical")
+    c = _rows(s, cca=cca, arch="all-optical")
     needed = f"cca = {cca}, switch = all-optical at two or more loads"
 
     def each(length: float) -> list[Finding]:
@@ -205,7 +205,7 @@ def _f1b(s: pd.DataFrame, cca: str) -> Finding:
 
 def _f1c(s: pd.DataFrame, cca: str) -> Finding:
     id, claim = f"F1c-{cca}", f"{_name(cca)}: hybrid throughput holds past saturation"
-    c = _rows(s, cca=cca, kind="hybrid")
+    c = _rows(s, cca=cca, arch="hybrid")
     needed = f"cca = {cca}, switch = hybrid:N at two or more loads"
 
     def each(length: float) -> list[Finding]:
@@ -224,7 +224,7 @@ def _f2(s: pd.DataFrame) -> Finding:
     needed = "cca = sawl and saw over the same hybrid:N, link length and load"
 
     def each(length: float) -> list[Finding]:
-        at = _rows(s, kind="hybrid", length=length)
+        at = _rows(s, arch="hybrid", length=length)
         return [_at_high_load(id, claim, ("SAWL", _rows(at, cca="sawl", n_e=n)), ("SAW", _rows(at, cca="saw", n_e=n)),
                               f"{_m(length)}, n_e = {n}", needed, low=1.0) for n in _hybrids(at)]
 
@@ -234,7 +234,7 @@ def _f2(s: pd.DataFrame) -> Finding:
 
 def _f3a(s: pd.DataFrame, cca: str) -> Finding:
     id, claim = f"F3a-{cca}", f"{_name(cca)} over hybrid switches is insensitive to link length"
-    c = _rows(s, cca=cca, kind="hybrid")
+    c = _rows(s, cca=cca, arch="hybrid")
     needed = f"cca = {cca} over hybrid:N at link_length = 10 m and 100 m, same load"
     lengths = _lengths(c)
     if len(lengths) < 2:
@@ -249,7 +249,7 @@ def _f3a(s: pd.DataFrame, cca: str) -> Finding:
 
 def _f3b(s: pd.DataFrame, cca: str) -> Finding:
     id, claim = f"F3b-{cca}", f"{_name(cca)} beats SAWL over hybrid switches at 100 m"
-    at = _rows(s, kind="hybrid", length=100.0)
+    at = _rows(s, arch="hybrid", length=100.0)
     needed = f"cca = {cca} and sawl over the same hybrid:N at link_length = 100 m, same load"
     parts = [_at_high_load(id, claim, (_name(cca), _rows(at, cca=cca, n_e=n)), ("SAWL", _rows(at, cca="sawl", n_e=n)),
                            f"100 m, n_e = {n}", needed, low=1.0) for n in _hybrids(at)]
@@ -261,7 +261,7 @@ def _f3c(s: pd.DataFrame) -> Finding:
     needed = "cca = saw and sack over all-optical, same link length and load"
 
     def each(length: float) -> list[Finding]:
-        at = _rows(s, kind="all-optical", length=length)
+        at = _rows(s, arch="all-optical", length=length)
         return [_at_high_load(id, claim, ("SAW", _rows(at, cca="saw")), ("SACK", _rows(at, cca="sack")), _m(length),
                               needed, low=1.0)]
 
@@ -276,8 +276,8 @@ def _f4a(s: pd.DataFrame, cca: str) -> Finding:
     needed = f"cca = {cca} with switch = electronic and all-optical, same link length and load"
 
     def each(length: float) -> list[Finding]:
-        return [_at_high_load(id, claim, ("electronic, RTO 1 ms", _rows(c, kind="electronic", length=length)),
-                              ("n_e = 0", _rows(c, kind="all-optical", length=length)),
+        return [_at_high_load(id, claim, ("electronic, RTO 1 ms", _rows(c, arch="electronic", length=length)),
+                              ("n_e = 0", _rows(c, arch="all-optical", length=length)),
                               f"{_name(cca)}, {_m(length)}", needed, high=1.0)]
 
     return all_of(id, claim, _per_length(c, each), needed,
@@ -287,7 +287,7 @@ def _f4a(s: pd.DataFrame, cca: str) -> Finding:
 def _full_hybrid(s: pd.DataFrame) -> pd.DataFrame:
     if "k" not in s:
         return s.iloc[0:0]
-    return s[(s["kind"] == "hybrid") & (s["n_e"] == pd.to_numeric(s["k"], errors="coerce"))]
+    return s[(s["arch"] == "hybrid") & (s["n_e"] == pd.to_numeric(s["k"], errors="coerce"))]
 
 
 def _f4b(s: pd.DataFrame) -> Finding:
@@ -298,7 +298,7 @@ def _f4b(s: pd.DataFrame) -> Finding:
 
     def each(length: float) -> list[Finding]:
         return [_at_high_load(id, claim, ("n_e = k", _rows(full, length=length)),
-                              ("electronic, RTO 1 ms", _rows(c, kind="electronic", length=length)),
+                              ("electronic, RTO 1 ms", _rows(c, arch="electronic", length=length)),
                               f"SACK, {_m(length)}", needed, low=1 - MARGIN, margin_note=NONINF)]
 
     return all_of(id, claim, _per_length(c, each), needed, paper="electronic 1-2 % below fully-buffered hybrid")
@@ -319,16 +319,16 @@ def _f4c(s: pd.DataFrame) -> list[Finding]:
     def partial_hybrids(g: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
         if "k" not in g:
             return []
-        h = g[(g["kind"] == "hybrid") & (g["n_e"] < pd.to_numeric(g["k"], errors="coerce"))]
+        h = g[(g["arch"] == "hybrid") & (g["n_e"] < pd.to_numeric(g["k"], errors="coerce"))]
         return [(f"n_e = {n}", h[h["n_e"] == n]) for n in sorted(set(h["n_e"]))]
 
     return [
         rto_pairs("F4c.1", "initial RTO 1 s hardly matters for electronic switches",
-                  lambda g: [("electronic", g[g["kind"] == "electronic"])],
+                  lambda g: [("electronic", g[g["arch"] == "electronic"])],
                   "switch = electronic and electronic@1 s, same CCA, length and load",
                   "RTO 1 s does not influence EPS throughput", low=1 - MARGIN, high=1 + MARGIN, margin_note=EQUIV),
         rto_pairs("F4c.2", "initial RTO 1 s hurts all-optical switches at high load",
-                  lambda g: [("n_e = 0", g[g["kind"] == "all-optical"])],
+                  lambda g: [("n_e = 0", g[g["arch"] == "all-optical"])],
                   "switch = all-optical@1 s beside all-optical (1 ms), same CCA, length and load",
                   "significant drop under high load (text, not in the figures)", high=1.0),
         rto_pairs("F4c.3", "initial RTO 1 s hurts hybrid switches with n_e < k at high load", partial_hybrids,
@@ -344,7 +344,7 @@ def _f5(s: pd.DataFrame, cca: str) -> Finding:
     id, claim = f"F5-{cca}", f"{_name(cca)}: maximum buffer occupancy is small (about {paper_mb:g} MB)"
     paper = f"worst case over hybrid configurations, mean over seeds: {paper_mb:g} MB (full-size files)"
     needed = f"cca = {cca} over hybrid:N with the max_buffer_bytes column"
-    h = _rows(s, cca=cca, kind="hybrid")
+    h = _rows(s, cca=cca, arch="hybrid")
     if h.empty or "max_buffer_bytes" not in h or h["max_buffer_bytes"].isna().all():
         return not_measured(id, claim, needed, paper=paper)
     keys = ["n_e", "length_m", "load_per_s"]
