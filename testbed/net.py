@@ -211,8 +211,12 @@ class OpticalSwitch(Switch):
 
     @classmethod
     def features(cls, info: dict[str, Any]) -> set[Feature]:
-        # eBPF port model and forwarding on clsact, fq releasing at the stamped time, BTF maps
-        return {Feature.FQ, Feature.CLSACT_BPF, Feature.BTF}
+        """eBPF forwarding and port model on clsact with BTF maps, and what the kernel
+        mechanism of the switch's architecture needs (fq for every architecture decided
+        at arrival). Raises DefinitionError for a bad architecture."""
+        role = info.get("role", architectures.DEFAULT_SWITCH_ROLE)
+        assignment = architectures.switch_assignment(info, role=str(role), key="switch")
+        return {Feature.CLSACT_BPF, Feature.BTF, *assignment.mechanism.features}
 
     def __init__(self, emu: "Emulation", name: str, **params: object) -> None:
         super().__init__(emu, name, **params)

@@ -23,8 +23,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from testbed.errors import DefinitionError
+from testbed.features import Feature
 
-#: realisation kinds
+#: realisation names
 EDT, HOLDING = "edt", "holding"
 
 #: fq options: releases at skb->tstamp, never drops or reorders stamped packets itself
@@ -35,12 +36,12 @@ FQ_OPTS = ("limit", "1000000", "flow_limit", "1000000", "horizon", "3600s", "hor
 class Mechanism:
     """A kernel mechanism releasing a node's packets: ``qdisc`` (tc arguments after
     ``root``) installed as the root qdisc of every port; ``features`` the kernel
-    features it needs (names of ``testbed.features``)."""
+    features it needs."""
 
     name: str
     doc: str
     qdisc: tuple[str, ...]
-    features: tuple[str, ...] = ()
+    features: frozenset[Feature] = frozenset()
 
     def tc_batch(self, devs: Sequence[str]) -> str:
         """``tc -batch`` input installing the qdisc on every device of ``devs``."""
@@ -49,22 +50,23 @@ class Mechanism:
 
 #: fq: releases each packet at its stamped time (no pacing, no per-flow limit, and a
 #: horizon that caps rather than drops, so no stamped packet is lost in fq)
-FQ = Mechanism("fq", "fq qdisc releasing each packet at its skb->tstamp", ("fq", *FQ_OPTS), ("fq",))
+FQ = Mechanism("fq", "fq qdisc releasing each packet at its skb->tstamp", ("fq", *FQ_OPTS),
+               frozenset({Feature.FQ}))
 
 
 @dataclass(frozen=True)
 class Realisation:
-    """How an architecture's decisions reach the wire: ``kind`` EDT or HOLDING; the
+    """How an architecture's decisions reach the wire: ``name`` EDT or HOLDING; the
     ``mechanism`` installed on the node's ports, or None when it does not exist yet,
     with ``missing`` saying what would have to be built."""
 
-    kind: str
+    name: str
     mechanism: Mechanism | None
     missing: str = ""
 
     def __post_init__(self) -> None:
-        if self.kind not in (EDT, HOLDING):
-            raise ValueError(f"realisation kind {self.kind!r} not in {(EDT, HOLDING)}")
+        if self.name not in (EDT, HOLDING):
+            raise ValueError(f"realisation {self.name!r} not in {(EDT, HOLDING)}")
         if self.mechanism is None and not self.missing:
             raise ValueError("a realisation without a mechanism must say what is missing")
 
@@ -73,7 +75,7 @@ class Realisation:
         architecture ``arch``."""
         if self.mechanism is None:
             raise DefinitionError(key, value, f"an architecture the kernel can realise now: {arch!r} is realised "
-                                  f"by {self.kind} (packets held until later events) and needs {self.missing}, "
+                                  f"by {self.name} (packets held until later events) and needs {self.missing}, "
                                   "which does not exist yet")
         return self.mechanism
 
