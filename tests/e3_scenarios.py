@@ -119,10 +119,12 @@ def on_demand_scenario(ledger: Ledger, tmp_path: Path, datapath: str) -> None:
                 run.wait(timeout_s=120)
             broker.close()
             after = ovs_rx_bytes(oss_bridge)
-            status = ctl.status()
+            # released on completion: the broker's release is applied by the controller
+            # asynchronously, so wait (bounded) for the applied state to show it
+            status = ctl.wait_for(lambda s: s["circuits"] == [], "the reservation to be released")
         res = run.result
         assert res.counts()["complete"] == 3, [f for f in res.flows if f.status != "complete"]
-        assert status["circuits"] == []                        # released on completion
+        assert status["circuits"] == []
         crossed = sum(after.values()) - sum(before.values())
         # the elephant's payload plus headers and ACKs (< 10 %), and not a mouse's 3 MB more
         assert 6 * MB <= crossed <= 6.6 * MB, crossed

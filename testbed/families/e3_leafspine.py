@@ -224,6 +224,10 @@ class E3LeafSpine(FlowFamily):
             finally:
                 if broker:
                     broker.close()
+            if broker:
+                # the controller applies a release asynchronously: wait (bounded) until the
+                # last one is applied, so that reconfigurations.jsonl records every one
+                ctl.wait_for(lambda s: s["circuits"] == [], "the released circuits to be removed")
             fp.measured["oss_bytes"] = port_bytes(fp.emu, "oss") - oss_before
             fp.measured["reconfigs"] = ctl.reconfigurations()
             fp.measured["lost"] = [e for e in ctl.switch_events() if e["event"] == "disconnected"]
