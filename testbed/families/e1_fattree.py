@@ -27,6 +27,8 @@ from testbed.experiment import Definition, Param
 from testbed.family import Analysis
 from testbed.flow_family import FlowFamily, FlowPoint, TrafficPlan
 from testbed.metrics import Metric
+from testbed.optical import architectures
+from testbed.optical.architectures import Assignment
 from testbed.units import Dim, Quantity, UnitError
 
 if TYPE_CHECKING:
@@ -38,8 +40,8 @@ if TYPE_CHECKING:
 #: IP MTU giving 9064 B Ethernet frames (9050 + 14 B header); the paper's 9000 B payload
 #: becomes 8998 B because Linux puts 12 B of TCP timestamps in every segment
 MTU = 9050
-SWITCH_KINDS = ("all-optical", "hybrid", "electronic")
-SWITCH_SYNTAX = "all-optical | hybrid:N_E (1 <= N_E <= k) | electronic, optionally followed by @INITIAL_RTO"
+#: the role of every switch of the fat-tree (its architecture must serve it)
+SWITCH_ROLE = architectures.DEFAULT_SWITCH_ROLE
 CCAS = ("saw", "sawl", "sack", "msack", "reno", "cubic")
 
 
@@ -49,8 +51,8 @@ class E1FatTree(FlowFamily):
     params = (
         Param("k", "int", 4, "fat-tree arity (servers = k^3/4, switches = 5k^2/4)", lo=2, hi=16),
         Param("switch", "str", "hybrid:2",
-              "switch configuration of every switch: all-optical | hybrid:N_E | electronic, "
-              "optionally @INITIAL_RTO (e.g. 'electronic@1 s' overrides initial_rto)"),
+              "switch configuration of every switch: a port architecture (all-optical | hybrid:N_E | "
+              "electronic), optionally @INITIAL_RTO (e.g. 'electronic@1 s' overrides initial_rto)"),
         Param("link_length", Dim.LENGTH, "10 m", "length of every link (propagation at n = 1.45)",
               lo=0, hi=100e3),
         Param("link_rate", Dim.RATE, "10 Gbit/s", "rate of every link and server NIC", lo=0, lo_open=True,
@@ -106,13 +108,12 @@ class E1FatTree(FlowFamily):
 
     @classmethod
     def topology(cls, values: dict[str, Any], tdf: TimeDilation) -> "Topo":
-        """The k-ary fat-tree of optical switches, every switch of the point's model."""
+        """The k-ary fat-tree of optical switches, every switch of the point's architecture."""
         from topologies.fattree import FatTree
 
-        model, n_e, _ = parse_switch(values["switch"], values["k"])
+        arch, _ = parse_switch(values["switch"], values["k"])
         return FatTree(k=values["k"], switch="optical",
-                       switch_opts={"model": model, "n_e": n_e, "rate_bps": values["link_rate"].si,
-                                    "tdf": tdf.factor},
+                       switch_opts={"arch": arch.spec, "rate_bps": values["link_rate"].si, "tdf": tdf.factor},
                        link_opts={"length_m": values["link_length"].si, "mtu": MTU})
 
     @classmethod
@@ -157,13 +158,13 @@ class E1FatTree(FlowFamily):
     def point_values(cls, ctx: "PointContext") -> dict[str, Any]:
         """The point's values; ``switch = "...@RTO"`` overrides initial_rto."""
         v = ctx.point.values
-        _, _, rto = parse_switch(v["switch"], v["k"])
+        _, rto = parse_switch(v["switch"], v["k"])
         return {**v, "initial_rto": rto} if rto is not None else v
 
     @classmethod
     def fabric_key(cls, values: dict[str, Any], tdf: TimeDilation) -> Hashable:
-        # Only the switch model differs between points of one fabric: the port model is
-        # map configuration, so the namespaces, links and programs are built once.
+        # Only the switches' architecture differs between points of one fabric: it is map
+        # configuration, so the namespaces, links and programs are built once.
         return (values["k"], values["link_length"].si, values["link_rate"].si, tdf.factor)
 
     @classmethod
@@ -176,8 +177,8 @@ class E1FatTree(FlowFamily):
 
     @classmethod
     def prepare(cls, fp: FlowPoint) -> None:
-        model, n_e, _ = parse_switch(fp.values["switch"], fp.values["k"])
-        fp.emu.optical.reconfigure(model, n_e)
+        arch, _ = parse_switch(fp.values["switch"], fp.values["k"])
+        fp.emu.optical.reconfigure_switches(arch)
 
     @classmethod
     def workload(cls, fp: FlowPoint) -> "Schedule":
@@ -191,9 +192,9 @@ class E1FatTree(FlowFamily):
         sched = poisson_schedule([h.name for h in fp.emu.hosts()], v["load"].si, duration, sizes,
                                  seed=fp.ctx.point.seed, size_scale=v["size_scale"].si)
         fp.ctx.write_json("schedule-meta.json", {**sched.meta, "flows": len(sched)})
-        model, _, _ = parse_switch(v["switch"], v["k"])
+        arch, _ = parse_switch(v["switch"], v["k"])
         fp.ctx.progress(f"{len(sched)} transfers over {D.time_to_emulation(duration + v['drain'].si):.3g} s "
-                        f"(emulation), {v['cca']} over {model} switches")
+                        f"(emulation), {v['cca']} over {arch.name} switches")
         return sched
 
     @classmethod
@@ -215,14 +216,18 @@ class E1FatTree(FlowFamily):
         return row
 
 
-def parse_switch(spec: str, k: int) -> tuple[str, int, Quantity | None]:
-    """``"hybrid:2@1 s"`` -> ("hybrid", 2, 1 s): model, n_e, initial-RTO override or None.
+def parse_switch(spec: str, k: int) -> tuple[Assignment, Quantity | None]:
+    """``"hybrid:2@1 s"`` -> (hybrid with n_e = 2, 1 s): the port architecture of every
+    switch (testbed/optical/architectures.py, for a switch of ``k`` ports) and the
+    initial-RTO override, or None.
 
     The paper's curves are n_e = 0 (all-optical), hybrid n_e in {2, 5, 8} (k = 8), and
     electronic with initial RTO 1 ms or 1 s: one ``switch`` sweep covers them all.
-    Raises DefinitionError (key params.switch) naming the accepted syntax."""
-    def bad(why: str = "") -> DefinitionError:
-        return DefinitionError("params.switch", spec, SWITCH_SYNTAX + (f" ({why})" if why else ""))
+    Raises DefinitionError (key params.switch, the whole value) naming the accepted
+    syntax and ranges."""
+    def bad(why: str) -> DefinitionError:
+        syntax = architectures.REGISTRY.syntax(SWITCH_ROLE)
+        return DefinitionError("params.switch", spec, f"{syntax}, optionally followed by @INITIAL_RTO{why}")
 
     config, _, rto_text = spec.partition("@")
     rto = None
@@ -230,19 +235,16 @@ def parse_switch(spec: str, k: int) -> tuple[str, int, Quantity | None]:
         try:
             rto = Quantity.parse(rto_text, Dim.TIME)
         except UnitError as exc:
-            raise bad(str(exc)) from None
+            raise bad(f" ({exc})") from None
         if not 0 < rto.si <= 60:
-            raise bad("the initial RTO must be > 0 and <= 60 s")
-    model, _, n_text = config.strip().partition(":")
-    if model not in SWITCH_KINDS:
-        raise bad()
-    if model != "hybrid":
-        if n_text:
-            raise bad(f"{model} takes no N_E")
-        return model, 0, rto
-    if not n_text.strip().isdigit() or not 1 <= int(n_text) <= k:
-        raise bad(f"N_E must be an integer from 1 to k = {k}")
-    return model, int(n_text), rto
+            raise bad(" (the initial RTO must be > 0 and <= 60 s)")
+    if config.partition(":")[0].strip() not in architectures.REGISTRY.names(SWITCH_ROLE):
+        ranges = [p.accepted(k) for a in architectures.REGISTRY if SWITCH_ROLE in a.roles for p in a.params]
+        raise bad("".join(f"; {r}" for r in ranges))
+    try:
+        return architectures.parse(config, ports=k, role=SWITCH_ROLE, key="params.switch"), rto
+    except DefinitionError as exc:
+        raise bad(f" ({exc.accepted})") from None
 
 
 def summarise(res: Any, counters: list[dict], ctx: "PointContext", v: dict[str, Any]) -> dict[str, Any]:

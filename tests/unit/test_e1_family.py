@@ -1,0 +1,99 @@
+"""E1 family without root: its ``switch`` parameter read through the port-architecture
+registry (syntax, @RTO suffix, errors), the topology's switch options and the per-point
+reconfiguration of the kept fabric."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from testbed.dilation import TimeDilation
+from testbed.errors import DefinitionError
+from testbed.families.e1_fattree import E1FatTree, parse_switch
+from testbed.optical.architectures import parse
+
+REPO = Path(__file__).resolve().parents[2]
+SYNTAX = "electronic | all-optical | hybrid:N_E, optionally followed by @INITIAL_RTO"
+
+
+def values(**over):
+    v = {p.name: p.parse(p.default, p.name) for p in E1FatTree.params}
+    v.update(over)
+    return v
+
+
+@pytest.mark.parametrize("spec,k,arch,rto", [
+    ("all-optical", 4, "all-optical", None),
+    ("hybrid:2", 4, "hybrid:2", None),
+    ("hybrid:4", 4, "hybrid:4", None),
+    ("hybrid:8", 8, "hybrid:8", None),
+    (" hybrid: 02 ", 4, "hybrid:2", None),
+    ("electronic", 4, "electronic", None),
+    ("electronic@1 s", 4, "electronic", 1.0),
+    ("hybrid:2@1ms", 4, "hybrid:2", 1e-3),
+])
+def test_the_papers_switch_configurations_parse_to_an_architecture_and_rto(spec, k, arch, rto):
+    a, r = parse_switch(spec, k)
+    assert a == parse(arch, k) and a.spec == arch
+    assert (r.si if r is not None else None) == rto
+
+
+@pytest.mark.parametrize("spec,k,why", [
+    # the whole value is named, the accepted syntax, and the range that failed
+    ("hybrid:5", 4, r" \(N_E \(buffer input and output ports\) an integer 1\.\.4 \(at most the node's 4 ports\)\)$"),
+    ("hybrid:0", 8, r" \(N_E .* an integer 1\.\.8 .*\)$"),
+    ("hybrid:x", 4, r" \(N_E .* an integer 1\.\.4 .*\)$"),
+    ("hybrid", 4, r" \(hybrid:N_E with N_E .* an integer 1\.\.4 .*\)$"),
+    ("all-optical:2", 4, r" \(all-optical with no parameters\)$"),
+    ("optical", 4, r"; N_E \(buffer input and output ports\) an integer 1\.\.4 \(at most the node's 4 ports\)$"),
+    ("nic", 4, r"; N_E .* an integer 1\.\.4 .*$"),  # a host's architecture, not a switch's
+    ("electronic@0 s", 4, r" \(the initial RTO must be > 0 and <= 60 s\)$"),
+    ("electronic@1 m", 4, r" \(unit 'm' is not a time unit .*\)$"),
+])
+def test_a_bad_switch_names_key_whole_value_syntax_and_range(spec, k, why):
+    with pytest.raises(DefinitionError) as err:
+        parse_switch(spec, k)
+    assert err.value.key == "params.switch" and err.value.value == spec
+    assert err.value.accepted.startswith(SYNTAX)
+    assert re.search(why, err.value.accepted), err.value.accepted
+
+
+def test_a_bad_switch_in_a_definition_exits_2_and_creates_nothing(tmp_path):
+    out, state = tmp_path / "out", tmp_path / "state"
+    env = dict(os.environ, TESTBED_STATE_DIR=str(state))
+    p = subprocess.run([sys.executable, "-m", "testbed", "run", "e1-demo", "--set", "switch=hybrid:5", "--out",
+                        str(out)], capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert f"invalid value for 'params.switch': 'hybrid:5'; accepted: {SYNTAX} (N_E" in p.stderr
+    assert not out.exists() and not state.exists()
+
+
+def test_every_switch_of_the_topology_gets_the_points_architecture_spec():
+    topo = E1FatTree.topology(values(switch="hybrid:2@1 s"), TimeDilation(10.0))
+    infos = [topo.nodeInfo(s) for s in topo.switches()]
+    assert len(infos) == 20
+    for info in infos:
+        assert info["cls"] == "optical" and info["arch"] == "hybrid:2"
+        assert info["rate_bps"] == 10e9 and info["tdf"] == 10.0
+        assert "model" not in info and "n_e" not in info
+
+
+def test_prepare_gives_every_switch_the_points_architecture():
+    calls = []
+    optical = SimpleNamespace(reconfigure_switches=calls.append)
+    fp = SimpleNamespace(values=values(switch="electronic@1 s", k=4), emu=SimpleNamespace(optical=optical))
+    E1FatTree.prepare(fp)  # type: ignore[arg-type]
+    assert calls == [parse("electronic")]
+
+
+def test_a_switch_rto_overrides_the_initial_rto_of_the_point():
+    ctx = SimpleNamespace(point=SimpleNamespace(values=values(switch="electronic@1 s")))
+    assert E1FatTree.point_values(ctx)["initial_rto"].si == 1.0  # type: ignore[arg-type]
+    ctx.point.values = values(switch="hybrid:2")
+    assert E1FatTree.point_values(ctx)["initial_rto"].si == 1e-3  # type: ignore[arg-type]
