@@ -284,9 +284,9 @@ def parse(spec: str, ports: int | None = None, *, role: str | None = DEFAULT_SWI
 
 
 def from_model(model_name: str, n_e: int, *, key: str = "switch") -> Assignment:
-    """The assignment of the older (model, n_e) pair of topology options and
-    ``OpticalFabric.reconfigure``: ``n_e`` is the hybrid's buffer ports and ignored (as
-    before) by architectures without them. Errors name ``key.model`` / ``key.n_e``."""
+    """The assignment of the older (model, n_e) pair of topology options: ``n_e`` is
+    the hybrid's buffer ports and ignored (as before) by architectures without them.
+    Errors name ``key.model`` / ``key.n_e``."""
     arch = REGISTRY.get(str(model_name), key=f"{key}.model")
     if any(p.name == "n_e" for p in arch.params):
         return REGISTRY.assignment(arch.name, {"n_e": n_e}, key=key)

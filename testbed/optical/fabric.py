@@ -135,14 +135,17 @@ class OpticalFabric:
             for dev in np.devs:
                 led.add("qdisc", dev=dev, netns=np.netns, parent="root")
             self._install(np)
-        bpf.optswitch_load(self.pin_dir, ledger=led)
-        for np in self.nodes.values():
-            att = bpf.attach_node(led, netns=np.netns, node_id=np.node_id, devs=np.devs,
-                                  pin_dir=self.pin_dir, is_switch=np.role != "host")
+        # One loader process loads and attaches every node (a process costs ~0.3 s under
+        # software emulation; a k=4 fat-tree has 36 nodes); the first load creates and
+        # pins the maps, the others share them. They are configured once every port's
+        # ifindex is known: until then a switch counts a packet as unmodelled.
+        attached = bpf.attach_nodes(led, self.pin_dir, [
+            bpf.NodeAttachment(np.node_id, np.netns, np.devs, is_switch=np.role != "host")
+            for np in self.nodes.values()])
+        for np, att in zip(self.nodes.values(), attached):
             ifx = {r["dev"]: r["ifindex"] for r in att}
-            ports = [PortConfig(p.ps_per_byte, p.prop_ns, ifx[d], p.peer_host)
-                     for p, d in zip(np.ports, np.devs)]
-            np.ports = ports
+            np.ports = [PortConfig(p.ps_per_byte, p.prop_ns, ifx[d], p.peer_host)
+                        for p, d in zip(np.ports, np.devs)]
             np.ifindex_of_port = {i: ifx[d] for i, d in enumerate(np.devs)}
         self._write_configs()
         maps.set_routes(self.pin_dir, self.routes(), flow_hash=any(
@@ -162,7 +165,7 @@ class OpticalFabric:
             maps.NodeConfig(np.node_id, np.assignment, np.ports, np.ifindex_of_port)
             for np in self.nodes.values()])
 
-    def reconfigure(self, assignments: Mapping[str, Assignment] | str, n_e: int | None = None) -> None:
+    def reconfigure(self, assignments: Mapping[str, Assignment]) -> None:
         """Give each node named in ``assignments`` ({node: Assignment}) its port
         architecture (the others keep theirs) and reset the fabric as if new: every
         node's state, counters and the fidelity monitor zeroed; a node whose
@@ -170,13 +173,7 @@ class OpticalFabric:
         one emulation serve several points (building it costs minutes under software
         emulation). Everything is checked before anything changes: raises
         DefinitionError for a node not in the fabric, or an architecture that does not
-        fit the node's role or port count.
-
-        ``reconfigure(model, n_e)`` (the older form, every switch the same) is
-        ``reconfigure_switches(architectures.from_model(model, n_e))``."""
-        if isinstance(assignments, str):
-            self.reconfigure_switches(architectures.from_model(assignments, 0 if n_e is None else n_e))
-            return
+        fit the node's role or port count."""
         for name, a in assignments.items():
             np = self.nodes.get(name)
             if np is None:

@@ -222,8 +222,6 @@ def test_reconfigure_gives_each_node_its_own_architecture(monkeypatch):
     assert cfg == {0: "nic", 1: "nic", 2: "nic", 3: "electronic", 4: "hybrid:3"}
     assert fab.emu.nodes["s2"].assignment == parse("hybrid:3") and fab.nodes["s2"].n_e == 3
     assert tc == []  # the same mechanism (fq) stays installed
-    fab.reconfigure("all-optical", 0)  # the older form: every switch the same
-    assert {c.assignment.spec for c in written[-1] if c.node_id >= 3} == {"all-optical"}
     fab.reconfigure_switches(parse("hybrid:2"))
     assert [c.assignment.spec for c in written[-1]] == ["nic"] * 3 + ["hybrid:2"] * 2
 
