@@ -18,6 +18,9 @@ are shared by every load of the run through their pins. Removing the pin directo
 Network namespaces: the loader switches only its network namespace (``tbload
 --netns``). ``ip netns exec`` is not used because it remounts ``/sys`` in a private
 mount namespace, which hides the host's bpffs and thus every pin.
+
+Ledger: a pin directory is recorded (resource ``bpf-pin``) before the loader creates
+it; this module registers the teardown that removes it (``testbed clean`` too).
 """
 
 from __future__ import annotations
@@ -30,11 +33,13 @@ import shutil
 import socket
 import struct
 import subprocess
+import weakref
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from testbed import hostclock
 from testbed.errors import CommandError, TestbedError
+from testbed.ledger import Entry, Ledger, register
 
 #: ``ebpf/`` of the repository (objects, loader).
 EBPF_DIR = Path(__file__).resolve().parent.parent / "ebpf"
@@ -42,6 +47,8 @@ EBPF_DIR = Path(__file__).resolve().parent.parent / "ebpf"
 BPFFS = Path("/sys/fs/bpf")
 #: Every pin directory of the testbed lives below this directory.
 PIN_ROOT = BPFFS / "optical-tcp-testbed"
+#: The ledger resource of a pin directory (attribute ``path``).
+PIN_RESOURCE = "bpf-pin"
 #: Name of the counters map of ``portstat.bpf.o``.
 PORTSTAT_MAP = "port_counters"
 #: Values of ``portstat_key.dir`` / ``tb_direction`` (mirror ``ebpf/portstat.h``).
@@ -146,21 +153,31 @@ def remove_pin_dir(path: Path | str) -> None:
         shutil.rmtree(p)
 
 
+#: the pin directories recorded in each ledger (by this process)
+_RECORDED: "weakref.WeakKeyDictionary[Any, set[str]]" = weakref.WeakKeyDictionary()
+
+
 def _record_pin_dir(ledger: Any, pin_dir: Path) -> None:
-    """Record ``pin_dir`` in the ledger once per ledger (None: record nothing)."""
+    """Record ``pin_dir`` in ``ledger`` once per ledger (None: record nothing; a ledger
+    this module cannot remember gets it recorded every time, harmless duplicates)."""
     if ledger is None:
         return
-    recorded = getattr(ledger, "_bpf_pin_dirs", None)
-    if recorded is None:
+    try:
+        recorded = _RECORDED.setdefault(ledger, set())
+    except TypeError:  # not weakly referable
         recorded = set()
-        try:
-            setattr(ledger, "_bpf_pin_dirs", recorded)
-        except AttributeError:
-            pass  # cannot remember: record every time (harmless duplicates)
-    if str(pin_dir) in recorded:
-        return
-    ledger.add("bpf-pin", path=str(pin_dir))
-    recorded.add(str(pin_dir))
+    if str(pin_dir) not in recorded:
+        ledger.add(PIN_RESOURCE, path=str(pin_dir))
+        recorded.add(str(pin_dir))
+
+
+def _remove_recorded_pin_dir(entry: Entry, ledger: Ledger) -> None:
+    """Teardown of a ``bpf-pin`` entry: :func:`remove_pin_dir` of its ``path`` (BpfError
+    for a path not below :data:`PIN_ROOT`; a directory already gone is fine)."""
+    remove_pin_dir(entry.attrs["path"])
+
+
+register(PIN_RESOURCE, _remove_recorded_pin_dir)
 
 
 def _check_ids(node_id: int, port_id: int, direction: str) -> None:
@@ -385,7 +402,7 @@ def attach_portstat(
     pinned at ``pin_dir/maps/port_counters`` and shared with every other attachment
     using the same ``pin_dir``; the program at ``pin_dir/progs/<dev>-<dir>/portstat``.
 
-    The pin dir is recorded in ``ledger`` (``ledger.add("bpf-pin", path=...)``, once
+    The pin dir is recorded in ``ledger`` (``ledger.add(PIN_RESOURCE, path=...)``, once
     per pin dir) before anything is created; ``ledger`` None records nothing.
 
     Returns the loader's JSON: ``prog_id``, ``handle``, ``priority``, ``ifindex``,

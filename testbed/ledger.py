@@ -12,8 +12,8 @@ Each resource (``process``, ``netns``, ``ovs-bridge``, ...) is removed by a
 :class:`Teardown` that the module creating such objects registers with :func:`register`
 when it is imported: processes in :mod:`testbed.process`, namespaces, links and qdiscs
 in :mod:`testbed.nsops`, OVS bridges and daemons in :mod:`testbed.ovs`, kernel modules
-in :mod:`testbed.cc.modules`, the guest in :mod:`testbed.vm`; files and BPF pin
-directories here. This module imports none of them (they import it); a process that
+in :mod:`testbed.cc.modules`, the guest in :mod:`testbed.vm`, BPF pin directories in
+:mod:`testbed.bpf`; files here. This module imports none of them (they import it); a process that
 tears down ledgers it did not write imports them all through :mod:`testbed.clean`.
 
 Objects that existed before the run are never touched: namespaces and interfaces carry
@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed import cmd
-from testbed.bpf import PIN_ROOT as BPF_PIN_ROOT
 from testbed.errors import LedgerError, TestbedError
 
 log = logging.getLogger(__name__)
@@ -111,7 +110,6 @@ class Ledger:
         self.path = path
         self.header = header
         self.entries = entries
-        self._bpf_pin_dirs: set[str] = {e.attrs.get("path", "") for e in entries if e.resource == "bpf-pin"}
         self.archived = False
 
     @property
@@ -155,12 +153,7 @@ class Ledger:
         seq = len(self.entries)
         self._append({"type": "add", "seq": seq, "resource": resource, **attrs})
         self.entries.append(Entry(seq, resource, dict(attrs)))
-        if resource == "bpf-pin":
-            self._bpf_pin_dirs.add(str(attrs.get("path")))
         return seq
-
-    def has_bpf_pin(self, path: str) -> bool:
-        return path in self._bpf_pin_dirs
 
     def update(self, seq: int, **attrs: object) -> None:
         """Add attributes learnt after creation (e.g. the PID of a spawned process)."""
@@ -325,7 +318,7 @@ def all_ledgers() -> list[Ledger]:
     return out
 
 
-# -- files and BPF pins (owned here until testbed.bpf registers its own) -------------
+# -- files -------------------------------------------------------------------------------
 def remove_tree(path: Path) -> None:
     """Remove ``path`` (a file, or a directory with its contents, deepest first: bpffs
     unlinks one by one); nothing when it does not exist."""
@@ -342,12 +335,4 @@ def _remove_file(entry: Entry, ledger: Ledger) -> None:
     remove_tree(Path(entry.attrs["path"]))
 
 
-def _remove_bpf_pin(entry: Entry, ledger: Ledger) -> None:
-    path = Path(entry.attrs["path"])
-    if BPF_PIN_ROOT not in path.parents:
-        raise LedgerError(f"refusing to remove {path}: not under {BPF_PIN_ROOT}")
-    remove_tree(path)
-
-
 register("file", _remove_file, per_boot=False)
-register("bpf-pin", _remove_bpf_pin)

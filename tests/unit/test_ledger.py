@@ -185,7 +185,7 @@ def test_a_partial_user_starting_at_seq_0_does_not_archive_the_ledger(tmp_path):
 OWNERS = {"process": "testbed.process", "netns": "testbed.nsops", "link": "testbed.nsops",
           "qdisc": "testbed.nsops", "ovs-bridge": "testbed.ovs", "ovs-daemon": "testbed.ovs",
           "module": "testbed.cc.modules", "guest": "testbed.vm", "file": "testbed.ledger",
-          "bpf-pin": "testbed.ledger"}
+          "bpf-pin": "testbed.bpf"}
 
 
 def test_every_resource_is_registered_by_its_owner():
@@ -200,9 +200,10 @@ def test_the_ledger_imports_no_owner_and_testbed_clean_imports_them_all():
 
     code = ("import sys, testbed.ledger as l; before = sorted(l.TEARDOWNS); "
             "owners = sorted(m for m in sys.modules if m in ('testbed.process', 'testbed.nsops', 'testbed.ovs', "
-            "'testbed.cc.modules', 'testbed.vm')); import testbed.clean; print(before, owners, sorted(l.TEARDOWNS))")
+            "'testbed.cc.modules', 'testbed.vm', 'testbed.bpf')); import testbed.clean; "
+            "print(before, owners, sorted(l.TEARDOWNS))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.split("] [") == ["['bpf-pin', 'file'", "", f"{', '.join(repr(r) for r in sorted(OWNERS))}]\n"], out
+    assert out.split("] [") == ["['file'", "", f"{', '.join(repr(r) for r in sorted(OWNERS))}]\n"], out
 
 
 def test_a_resource_has_one_owner():
