@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: (MIT OR GPL-2.0) */
 /*
  * optswitch: the optical switch port model (one port architecture per node: ebpf/arch/,
- * testbed/optical/architectures.py) and the host NIC serialiser, shared between the BPF
- * program (optswitch.bpf.c, which includes vmlinux.h first), the loader (tbload.c) and
- * Python (testbed/optical/layout.py mirrors every struct with the `struct` module: keep
- * both in step, no implicit padding).
+ * testbed/optical/architectures.py) and the host NIC serialiser: the structs, maps and
+ * constants of the BPF program (optswitch.bpf.c, which includes vmlinux.h first). The
+ * loader (tbload.c) includes no program's header: it moves keys and values as bytes.
+ * Python packs and parses them itself (testbed/optical/layout.py, with the `struct`
+ * module: no implicit padding here), and tests/unit/test_btf_layout.py checks every
+ * such layout against the built object's BTF, member by member.
  *
  * Model: Minakhmetov, Ware, Iannone, "Hybrid and all-optical packet switching in a
  * datacenter network with TCP" (sections II and IV); docs/optical-switch.md.

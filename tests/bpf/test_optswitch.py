@@ -284,20 +284,3 @@ def test_map_dump_of_listed_keys_equals_those_rows_of_the_full_dump(pin_dir):
     assert bpf.map_dump(pin_dir, "optsw_cfg", [layout.u32_key(512)]) == []
     with pytest.raises(bpf.CommandError, match="KEYHEX"):
         bpf.map_dump(pin_dir, "optsw_cfg", [b"\x01"])
-
-
-def test_state_layout_matches_the_objects_btf():
-    """testbed/optical/layout.py hand-copies struct optsw_node_state: its size and the
-    offset of port[] must be the compiled object's (BTF), or every counter read is wrong."""
-    import re
-    import shutil
-    import subprocess
-
-    if shutil.which("bpftool") is None:
-        pytest.skip("bpftool not installed")
-    raw = subprocess.run(["bpftool", "btf", "dump", "file", str(bpf.object_path("optswitch")), "format", "raw"],
-                         capture_output=True, text=True, check=True).stdout
-    block = raw.split("STRUCT 'optsw_node_state'", 1)[1].split("\n[", 1)[0]
-    size = int(re.match(r" size=(\d+)", block).group(1))
-    port_bits = int(re.search(r"'port' type_id=\d+ bits_offset=(\d+)", block).group(1))
-    assert (size, port_bits // 8) == (layout.STATE_SIZE, layout.STATE_PORTS_OFFSET)
