@@ -23,7 +23,7 @@ from helpers import require_features, require_root, run_testbed, summary_rows
 DEFINITION = """
 [experiment]
 name = "e1-smoke"
-kind = "e1-fattree"
+family = "e1-fattree"
 [params]
 k = 4
 cca = "sack"
