@@ -1,8 +1,8 @@
 """``e1-fattree``: E1 of the hybrid-switch paper (Minakhmetov, Ware, Iannone).
 
-A k-ary fat-tree of optical switches of one kind (all-optical, hybrid with n_e buffer
-ports, electronic store-and-forward; eBPF port model, see docs/optical-switch.md)
-carries Poisson file transfers between random server pairs; every server runs one
+A k-ary fat-tree of optical switches of one port architecture (all-optical, hybrid
+with n_e buffer ports, electronic store-and-forward; testbed/optical/architectures.py,
+docs/optical-switch.md) carries Poisson file transfers between random server pairs; every server runs one
 congestion-control profile (SAW, SAWL, SACK, mSACK, or a kernel one). Per point: the
 network throughput in the measurement window (paper units), per-flow records, and the
 switches' counters (cut-through, buffered = OEO, dropped, max buffer occupancy).
