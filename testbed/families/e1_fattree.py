@@ -2,10 +2,11 @@
 
 A k-ary fat-tree of optical switches of one port architecture (all-optical, hybrid
 with n_e buffer ports, electronic store-and-forward; testbed/optical/architectures.py,
-docs/optical-switch.md) carries Poisson file transfers between random server pairs; every server runs one
-congestion-control profile (SAW, SAWL, SACK, mSACK, or a kernel one). Per point: the
-network throughput in the measurement window (paper units), per-flow records, and the
-switches' counters (cut-through, buffered = OEO, dropped, max buffer occupancy).
+docs/optical-switch.md) carries Poisson file transfers between random server pairs;
+every server runs one congestion-control profile (SAW, SAWL, SACK, mSACK, or a kernel
+one). Per point: the network throughput in the measurement window (paper units),
+per-flow records, and the switches' counters (cut-through, buffered = OEO, dropped,
+max buffer occupancy).
 
 Paper -> emulation: every time x D and every rate / D (the time dilation factor);
 sizes, lengths and counts unchanged, except ``size_scale``, which multiplies every
