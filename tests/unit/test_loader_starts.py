@@ -90,9 +90,9 @@ def test_a_k4_fat_tree_attaches_every_node_with_one_loader_start(loader, no_kern
     attaches = [args_ops for args_ops in loader.calls if any(op[0] == "attach" for op in args_ops[1])]
     assert len(attaches) == 1  # 36 nodes: was 37 starts (a map load, then one per node)
     loads, attach = loader.ops("load"), loader.ops("attach")
-    assert loads == [["load", str(bpf.EBPF_DIR / "optswitch.bpf.o"), str(pin), str(pin / "progs" / f"node{np.node_id}"),
-                      f"tb_node_id={np.node_id}", f"tb_is_switch={int(np.role != 'host')}", "tb_test_mode=0"]
-                     for np in fab.nodes.values()]
+    obj = str(bpf.EBPF_DIR / "optswitch.bpf.o")
+    assert loads == [["load", obj, str(pin), str(pin / "progs" / f"node{np.node_id}"), f"tb_node_id={np.node_id}",
+                      f"tb_is_switch={int(np.role != 'host')}", "tb_test_mode=0"] for np in fab.nodes.values()]
     assert attach == [["attach", np.netns, dev, d, f"@optsw_{d}"]
                       for np in fab.nodes.values() for dev in np.devs for d in ("ingress", "egress")]
     # every port's ifindex is its device's, as the loader reported it
@@ -112,14 +112,17 @@ def test_a_k4_fat_tree_attaches_every_node_with_one_loader_start(loader, no_kern
     assert "bpf-pin" in loader.recorded[0]
 
 
+def context(led: ledger.Ledger, tmp_path) -> PointContext:
+    """The PointContext of point p1 of a run (what instruments() uses of it)."""
+    return PointContext(defn=SimpleNamespace(tdf=TimeDilation(1.0)), point=SimpleNamespace(id="p1"),  # type: ignore[arg-type]
+                        dir=tmp_path, ledger=led, token=TOKEN, pcap_links=[], pcap_dir=tmp_path)
+
+
 def test_instruments_attach_every_host_port_counter_with_one_loader_start(loader, tmp_path):
     led = ledger.Ledger.create("instruments")
     hosts = [SimpleNamespace(name=f"h{i}", netns=f"{TOKEN}-h{i}", intfs=[f"h{i}-eth0"]) for i in range(16)]
     emu = SimpleNamespace(hosts=lambda: hosts, optical=None)
-    point = SimpleNamespace(id="p1")
-    ctx = PointContext(defn=SimpleNamespace(tdf=TimeDilation(1.0)), point=point, dir=tmp_path,  # type: ignore[arg-type]
-                       ledger=led, token=TOKEN, pcap_links=[], pcap_dir=tmp_path)
-    with ctx.instruments(emu):
+    with context(led, tmp_path).instruments(emu):
         assert len(loader.calls) == 1  # was 32: one per host port and direction
     pin = bpf.PIN_ROOT / f"{TOKEN}-p1"
     assert loader.ops("load") == [
@@ -136,10 +139,8 @@ def test_a_port_the_loader_cannot_take_fails_before_any_loader_start(loader, tmp
     led = ledger.Ledger.create("bad-port")
     hosts = [SimpleNamespace(name="h0", netns=f"{TOKEN}-h0", intfs=["h0-eth0"]),
              SimpleNamespace(name="h1", netns=f"{TOKEN}-h1", intfs=["bad dev"])]
-    ctx = PointContext(defn=SimpleNamespace(tdf=TimeDilation(1.0)), point=SimpleNamespace(id="p1"),  # type: ignore[arg-type]
-                       dir=tmp_path, ledger=led, token=TOKEN, pcap_links=[], pcap_dir=tmp_path)
     with pytest.raises(bpf.BpfError, match="'bad dev'"):
-        with ctx.instruments(SimpleNamespace(hosts=lambda: hosts, optical=None)):
+        with context(led, tmp_path).instruments(SimpleNamespace(hosts=lambda: hosts, optical=None)):
             pass
     assert loader.calls == [] and led.entries == []
 
