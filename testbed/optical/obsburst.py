@@ -1,0 +1,347 @@
+"""The ``obsburst`` qdisc (``kernel/sch_obsburst.c``) from Python: its options, its
+counters, its control packets, and the module that provides it.
+
+* :class:`ObsBurstConfig` packs ``struct tc_obsburst_qopt`` (``kernel/obsburst.h``),
+  checking the module's bounds first (errors name the key, the value and the range).
+* :func:`install` / :func:`remove` / :func:`read` put the qdisc on a device, take it
+  off and read it back (options and counters), through rtnetlink in-process: a plain
+  ``AF_NETLINK`` socket opened inside the namespace (:func:`testbed.nsops.call_in`)
+  carrying ``TCA_KIND`` and the packed ``TCA_OPTIONS`` (``tc`` has no parser for this
+  qdisc). The kernel's extended-ack message is the error text.
+* :func:`load_module` / :func:`unload_module`: ``insmod kernel/sch_obsburst.ko``,
+  recorded in the run's ledger (resource ``module``, torn down by
+  :mod:`testbed.cc.modules` when nothing uses it); unloading refuses a module this
+  ledger did not load, or one still in use (a qdisc instance holds a reference).
+* :func:`parse_control` decodes a control packet (Ethernet frame, EtherType 0x88B5).
+
+docs/obs.md describes the mechanism.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from testbed import cmd
+from testbed.cc.modules import KERNEL_DIR, MODULE, refcount
+from testbed.errors import CommandError, TestbedError
+from testbed.ledger import Ledger
+from testbed.nsops import call_in
+from testbed.optical.burst import ClassParams
+
+MODULE_NAME = "sch_obsburst"
+KIND = "obsburst"
+VERSION = 1
+MAX_CLASSES = 4
+CLASS_BY = {"priority": 0, "mark": 1}
+F_CTRL = 0x1
+ETH_P_OBSB = 0x88B5
+CTRL_MAGIC = 0x4F425342
+CTRL_F_VOLUME = 0x1
+
+#: bounds, as kernel/obsburst.h
+BOUNDS = {"tmax_ns": (1, 3_600_000_000_000), "lmax_bytes": (1, 1_000_000_000),
+          "offset_ns": (0, 3_600_000_000_000), "rate_bps": (1000, 10_000_000_000_000)}
+LIMIT_BOUNDS = (1, 10_000_000)
+
+_QOPT_HEAD = struct.Struct("=6I")
+_CLASS = struct.Struct("=4Q")
+QOPT_SIZE = _QOPT_HEAD.size + MAX_CLASSES * _CLASS.size          # 152
+_CLASS_STATS = struct.Struct("=5Q")
+XSTATS_SIZE = MAX_CLASSES * _CLASS_STATS.size + 3 * 8            # 184
+#: struct obsb_ctrl_hdr (big endian, 48 bytes)
+_CTRL = struct.Struct("!IBBHQQIIQQ")
+
+
+class ObsBurstError(TestbedError):
+    """The obsburst qdisc or its module could not be configured, read or (un)loaded;
+    ``errno`` the kernel's error number when it answered one (else 0)."""
+
+    def __init__(self, message: str, code: int = 0) -> None:
+        super().__init__(message)
+        self.errno = code
+
+
+@dataclass(frozen=True)
+class ObsBurstConfig:
+    """Options of one obsburst qdisc: per class (index = class) Tmax, Lmax, offset and
+    optical rate in emulation units; how a packet's class is chosen (``priority``: the
+    minor number of skb->priority, e.g. SO_PRIORITY; ``mark``: skb->mark); the class of
+    packets whose value is out of range; the packet limit; control packets on/off."""
+
+    classes: tuple[ClassParams, ...]
+    class_by: str = "priority"
+    default_class: int = 0
+    limit: int = 1_000_000
+    control: bool = True
+
+    def __post_init__(self) -> None:
+        if not 1 <= len(self.classes) <= MAX_CLASSES:
+            raise ObsBurstError(f"obsburst classes: {len(self.classes)} given, accepted 1..{MAX_CLASSES}")
+        for i, c in enumerate(self.classes):
+            for key, (lo, hi) in BOUNDS.items():
+                v = getattr(c, key)
+                if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                    raise ObsBurstError(f"obsburst class {i} {key}={v!r} out of range: an integer {lo}..{hi}")
+        if self.class_by not in CLASS_BY:
+            raise ObsBurstError(f"obsburst class_by={self.class_by!r}: accepted {', '.join(CLASS_BY)}")
+        if not 0 <= self.default_class < len(self.classes):
+            raise ObsBurstError(f"obsburst default_class={self.default_class!r} out of range: "
+                                f"0..{len(self.classes) - 1}")
+        lo, hi = LIMIT_BOUNDS
+        if not lo <= self.limit <= hi:
+            raise ObsBurstError(f"obsburst limit={self.limit!r} out of range: {lo}..{hi} packets")
+
+    def pack(self) -> bytes:
+        """``struct tc_obsburst_qopt``."""
+        out = _QOPT_HEAD.pack(VERSION, len(self.classes), CLASS_BY[self.class_by], self.default_class,
+                              self.limit, F_CTRL if self.control else 0)
+        for i in range(MAX_CLASSES):
+            c = self.classes[i] if i < len(self.classes) else None
+            out += _CLASS.pack(*((c.tmax_ns, c.lmax_bytes, c.offset_ns, c.rate_bps) if c else (0, 0, 0, 0)))
+        return out
+
+    @classmethod
+    def unpack(cls, data: bytes) -> "ObsBurstConfig":
+        if len(data) != QOPT_SIZE:
+            raise ObsBurstError(f"obsburst options are {len(data)} bytes, expected {QOPT_SIZE}")
+        version, n, by, default, limit, flags = _QOPT_HEAD.unpack_from(data)
+        if version != VERSION:
+            raise ObsBurstError(f"obsburst options version {version}, this code knows {VERSION}")
+        classes = tuple(ClassParams(*_CLASS.unpack_from(data, _QOPT_HEAD.size + i * _CLASS.size))
+                        for i in range(n))
+        by_name = {v: k for k, v in CLASS_BY.items()}[by]
+        return cls(classes, by_name, default, limit, bool(flags & F_CTRL))
+
+
+@dataclass(frozen=True)
+class ClassCounters:
+    bursts: int
+    closed_time: int
+    closed_volume: int
+    packets: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class QdiscState:
+    """What the kernel reports for one obsburst qdisc: its options, per-class counters,
+    control packets sent and failed, drops at the limit, and the generic counters
+    (packets and bytes sent, packets held)."""
+
+    config: ObsBurstConfig
+    classes: tuple[ClassCounters, ...]
+    ctrl_packets: int
+    ctrl_failed: int
+    drops: int
+    sent_packets: int
+    sent_bytes: int
+    qlen: int
+
+
+def unpack_xstats(data: bytes, nclasses: int) -> tuple[tuple[ClassCounters, ...], int, int, int]:
+    if len(data) != XSTATS_SIZE:
+        raise ObsBurstError(f"obsburst counters are {len(data)} bytes, expected {XSTATS_SIZE}")
+    cls = tuple(ClassCounters(*_CLASS_STATS.unpack_from(data, i * _CLASS_STATS.size)) for i in range(nclasses))
+    ctrl, failed, drops = struct.unpack_from("=3Q", data, MAX_CLASSES * _CLASS_STATS.size)
+    return cls, ctrl, failed, drops
+
+
+# -- control packets ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ControlPacket:
+    """A burst control packet as on the wire (``struct obsb_ctrl_hdr``)."""
+
+    burst_id: int
+    cls: int
+    volume: bool        # closed by Lmax (else by Tmax)
+    bytes: int
+    packets: int
+    offset_ns: int
+    close_ns: int
+
+
+def parse_control(frame: bytes) -> ControlPacket | None:
+    """The control packet in Ethernet ``frame``, None when it is not one."""
+    if len(frame) < 14 + _CTRL.size or struct.unpack_from("!H", frame, 12)[0] != ETH_P_OBSB:
+        return None
+    magic, version, cls, flags, bid, nbytes, npk, _res, offset, close = _CTRL.unpack_from(frame, 14)
+    if magic != CTRL_MAGIC or version != VERSION:
+        return None
+    return ControlPacket(bid, cls, bool(flags & CTRL_F_VOLUME), nbytes, npk, offset, close)
+
+
+# -- rtnetlink ------------------------------------------------------------------------------
+RTM_NEWQDISC, RTM_DELQDISC, RTM_GETQDISC = 36, 37, 38
+NLMSG_ERROR, NLMSG_DONE = 2, 3
+NLM_F_REQUEST, NLM_F_ACK, NLM_F_DUMP = 0x1, 0x4, 0x300
+NLM_F_REPLACE, NLM_F_CREATE, NLM_F_ACK_TLVS = 0x100, 0x400, 0x200
+TCA_KIND, TCA_OPTIONS, TCA_STATS2 = 1, 2, 7
+TCA_STATS_BASIC, TCA_STATS_QUEUE, TCA_STATS_APP = 1, 3, 4
+NLMSGERR_ATTR_MSG = 1
+SOL_NETLINK, NETLINK_CAP_ACK, NETLINK_EXT_ACK = 270, 10, 11
+TC_H_ROOT = 0xFFFFFFFF
+_NLH = struct.Struct("=IHHII")
+_TCM = struct.Struct("=BxxxiIII")
+
+
+def _attr(kind: int, payload: bytes) -> bytes:
+    raw = struct.pack("=HH", 4 + len(payload), kind) + payload
+    return raw + b"\0" * (-len(raw) % 4)
+
+
+def _attrs(data: bytes) -> dict[int, bytes]:
+    out, off = {}, 0
+    while off + 4 <= len(data):
+        length, kind = struct.unpack_from("=HH", data, off)
+        if length < 4:
+            break
+        out[kind & 0x3FFF] = data[off + 4:off + length]
+        off += (length + 3) & ~3
+    return out
+
+
+def _request(msg_type: int, flags: int, ifindex: int, attrs: bytes = b"") -> list[tuple[int, bytes]]:
+    """Send one rtnetlink request (in the calling thread's namespace); returns the
+    (type, payload) replies; raises ObsBurstError with the kernel's message on error."""
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, socket.NETLINK_ROUTE) as s:
+        s.setsockopt(SOL_NETLINK, NETLINK_EXT_ACK, 1)
+        s.setsockopt(SOL_NETLINK, NETLINK_CAP_ACK, 1)
+        s.bind((0, 0))
+        body = _TCM.pack(socket.AF_UNSPEC, ifindex, 0, TC_H_ROOT, 0) + attrs
+        s.send(_NLH.pack(_NLH.size + len(body), msg_type, NLM_F_REQUEST | flags, 1, 0) + body)
+        replies: list[tuple[int, bytes]] = []
+        while True:
+            data = s.recv(1 << 20)
+            off = 0
+            while off + _NLH.size <= len(data):
+                length, mtype, mflags, _seq, _pid = _NLH.unpack_from(data, off)
+                payload = data[off + _NLH.size:off + length]
+                off += (length + 3) & ~3
+                if mtype == NLMSG_DONE:
+                    return replies
+                if mtype == NLMSG_ERROR:
+                    code = -struct.unpack_from("=i", payload)[0]
+                    if code == 0:
+                        return replies
+                    text = ""
+                    if mflags & NLM_F_ACK_TLVS:
+                        msg = _attrs(payload[4 + _NLH.size:]).get(NLMSGERR_ATTR_MSG, b"")
+                        text = msg.rstrip(b"\0").decode(errors="replace")
+                    raise ObsBurstError(f"{os.strerror(code)}" + (f": {text}" if text else ""), code)
+                replies.append((mtype, payload))
+            if not flags & NLM_F_DUMP and not flags & NLM_F_ACK:
+                return replies
+
+
+def _ifindex(dev: str, netns: str | None) -> int:
+    try:
+        return socket.if_nametoindex(dev)
+    except OSError:
+        raise ObsBurstError(f"no interface {dev} in {netns or 'the root namespace'}") from None
+
+
+def install(dev: str, netns: str | None, config: ObsBurstConfig, ledger: Ledger | None = None) -> None:
+    """Make an obsburst qdisc with ``config`` the root qdisc of ``dev`` (replacing
+    whatever is there); recorded in ``ledger`` (resource ``qdisc``) first."""
+    if ledger is not None:
+        ledger.add("qdisc", dev=dev, netns=netns, parent="root")
+    attrs = _attr(TCA_KIND, KIND.encode() + b"\0") + _attr(TCA_OPTIONS, config.pack())
+
+    def body() -> None:
+        _request(RTM_NEWQDISC, NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE, _ifindex(dev, netns), attrs)
+    try:
+        call_in(netns, body)
+    except ObsBurstError as exc:
+        hint = ""
+        if exc.errno == errno.ENOENT and not Path(f"/sys/module/{MODULE_NAME}").exists():
+            hint = f" ({MODULE_NAME} is not loaded: load_module() first)"
+        raise ObsBurstError(f"installing obsburst on {dev} in {netns or 'the root namespace'}: "
+                            f"{exc.args[0]}{hint}") from None
+
+
+def remove(dev: str, netns: str | None) -> None:
+    """Delete the root qdisc of ``dev`` (the device falls back to its default)."""
+    def body() -> None:
+        _request(RTM_DELQDISC, NLM_F_ACK, _ifindex(dev, netns))
+    try:
+        call_in(netns, body)
+    except ObsBurstError as exc:
+        if exc.errno not in (errno.ENOENT, errno.EINVAL):
+            raise ObsBurstError(f"removing the qdisc of {dev}: {exc.args[0]}") from None
+
+
+def read(dev: str, netns: str | None) -> QdiscState:
+    """Options and counters of the obsburst root qdisc of ``dev``."""
+    def body() -> list[tuple[int, bytes]]:
+        idx = _ifindex(dev, netns)
+        return [(m, p) for m, p in _request(RTM_GETQDISC, NLM_F_DUMP, 0)
+                if _TCM.unpack_from(p)[1] == idx]
+    for _mtype, payload in call_in(netns, body):
+        _fam, _idx, _handle, parent, _info = _TCM.unpack_from(payload)
+        a = _attrs(payload[_TCM.size:])
+        if a.get(TCA_KIND, b"").rstrip(b"\0").decode() != KIND or parent != TC_H_ROOT:
+            continue
+        config = ObsBurstConfig.unpack(a[TCA_OPTIONS])
+        s2 = _attrs(a.get(TCA_STATS2, b""))
+        nbytes, npk = struct.unpack_from("=QI", s2[TCA_STATS_BASIC]) if TCA_STATS_BASIC in s2 else (0, 0)
+        qlen = struct.unpack_from("=I", s2[TCA_STATS_QUEUE])[0] if TCA_STATS_QUEUE in s2 else 0
+        cls, ctrl, failed, drops = unpack_xstats(s2[TCA_STATS_APP], len(config.classes))
+        return QdiscState(config, cls, ctrl, failed, drops, npk, nbytes, qlen)
+    raise ObsBurstError(f"{dev} in {netns or 'the root namespace'} has no obsburst root qdisc")
+
+
+# -- the module -----------------------------------------------------------------------------
+def ko_path() -> Path:
+    path = KERNEL_DIR / f"{MODULE_NAME}.ko"
+    if not path.exists():
+        raise ObsBurstError(f"{path} is not built: run `make -C {KERNEL_DIR}` "
+                            "(needs linux-headers-amd64 of the guest kernel)")
+    return path
+
+
+def loaded() -> bool:
+    return Path(f"/sys/module/{MODULE_NAME}").exists()
+
+
+def load_module(ledger: Ledger) -> bool:
+    """insmod ``kernel/sch_obsburst.ko`` unless loaded; True when this call loaded it
+    (then recorded in ``ledger`` before loading, so teardown removes it)."""
+    if loaded():
+        return False
+    ko = ko_path()
+    seq = ledger.add(MODULE, name=MODULE_NAME)
+    try:
+        cmd.run(["insmod", str(ko)])
+    except CommandError as exc:
+        ledger.mark_gone(seq)
+        raise ObsBurstError(f"loading {MODULE_NAME} failed: {exc.stderr.strip() or exc}"
+                            + (" (this kernel refuses module loading: run it in the guest, testbed guest -- ...)"
+                               if any(m in exc.stderr for m in ("not permitted", "not implemented")) else "")
+                            ) from None
+    return True
+
+
+def unload_module(ledger: Ledger) -> None:
+    """rmmod the module this ``ledger`` loaded; refuses (without rmmod) one it did not
+    load or one still in use (an obsburst qdisc holds a reference)."""
+    mine = [e for e in ledger.live() if e.resource == MODULE and e.attrs.get("name") == MODULE_NAME]
+    if not mine:
+        raise ObsBurstError(f"{MODULE_NAME} was not loaded by ledger {ledger.run_id}: not unloading it")
+    count = refcount(MODULE_NAME)
+    if count is None:
+        ledger.mark_gone(mine[-1].seq)
+        return
+    if count > 0:
+        raise ObsBurstError(f"{MODULE_NAME} is in use (reference count {count}: obsburst qdiscs exist); "
+                            "remove them first")
+    try:
+        cmd.run(["rmmod", MODULE_NAME], timeout=10)
+    except CommandError as exc:
+        raise ObsBurstError(f"rmmod {MODULE_NAME} failed: {exc.stderr.strip()}") from None
+    ledger.mark_gone(mine[-1].seq)
+
