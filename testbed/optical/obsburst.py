@@ -250,7 +250,13 @@ def install(dev: str, netns: str | None, config: ObsBurstConfig, ledger: Ledger 
     whatever is there); recorded in ``ledger`` (resource ``qdisc``) first."""
     if ledger is not None:
         ledger.add("qdisc", dev=dev, netns=netns, parent="root")
-    attrs = _attr(TCA_KIND, KIND.encode() + b"\0") + _attr(TCA_OPTIONS, config.pack())
+    install_raw(dev, netns, config.pack())
+
+
+def install_raw(dev: str, netns: str | None, options: bytes) -> None:
+    """:func:`install` with ``options`` as given (unchecked: the kernel's own checks
+    are what answers; for tests)."""
+    attrs = _attr(TCA_KIND, KIND.encode() + b"\0") + _attr(TCA_OPTIONS, options)
 
     def body() -> None:
         _request(RTM_NEWQDISC, NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE, _ifindex(dev, netns), attrs)
@@ -261,7 +267,7 @@ def install(dev: str, netns: str | None, config: ObsBurstConfig, ledger: Ledger 
         if exc.errno == errno.ENOENT and not Path(f"/sys/module/{MODULE_NAME}").exists():
             hint = f" ({MODULE_NAME} is not loaded: load_module() first)"
         raise ObsBurstError(f"installing obsburst on {dev} in {netns or 'the root namespace'}: "
-                            f"{exc.args[0]}{hint}") from None
+                            f"{exc.args[0]}{hint}", exc.errno) from None
 
 
 def remove(dev: str, netns: str | None) -> None:
@@ -272,7 +278,7 @@ def remove(dev: str, netns: str | None) -> None:
         call_in(netns, body)
     except ObsBurstError as exc:
         if exc.errno not in (errno.ENOENT, errno.EINVAL):
-            raise ObsBurstError(f"removing the qdisc of {dev}: {exc.args[0]}") from None
+            raise ObsBurstError(f"removing the qdisc of {dev}: {exc.args[0]}", exc.errno) from None
 
 
 def read(dev: str, netns: str | None) -> QdiscState:

@@ -1,0 +1,350 @@
+"""The obsburst qdisc (kernel/sch_obsburst.c) against the reference model
+(testbed/optical/burst.py), packet by packet, in the full-kernel guest.
+
+Set-up: namespaces A and B, a veth pair a (in A) -- b (in B), the obsburst qdisc as
+a's root qdisc with two classes (class = SO_PRIORITY of the sending socket). No other
+packet crosses a: IPv6 is off in both namespaces and a is NOARP (frames go out to a's
+own MAC; B's packet socket sees them all the same).
+
+Measured, independently of the qdisc:
+* arrival = the kernel's SCM_TSTAMP_SCHED timestamp of each datagram (SO_TIMESTAMPING
+  TX_SCHED, OPT_ID): taken in __dev_queue_xmit just before the qdisc's enqueue;
+* release = the receive timestamp at B (SO_TIMESTAMPNS on an AF_PACKET socket): taken
+  in netif_rx by veth, right after the qdisc's dequeue.
+Both are CLOCK_REALTIME, read by the same kernel. The reference model is run on the
+measured arrivals (frame lengths as received) and every packet's release is compared
+with it; burst membership (from the control packets: id, class, packets, bytes,
+reason) must be identical, control packets must precede their bursts.
+
+Tolerance: release - reference in [-TOL_EARLY, TOL_LATE]. The arrival stamp is taken
+a few hundred instructions before the qdisc reads its clock (the qdisc's burst opens
+and volume closes are that much later), and the receive stamp a few thousand after the
+dequeue (hrtimer interrupt, NET_TX softirq, veth_xmit, netif_rx). Under QEMU icount
+(1 ns per instruction, the default guest clock) each of those paths is deterministic
+and short, so a release can be neither early nor late by more than those paths: we
+allow 2 us early (clock reads in a different order than assumed) and 50 us late,
+a quarter of the shortest packet's serialisation time at the optical rates used (the
+smallest frame, 242 B at 10 Mbit/s, takes 194 us), so no packet-order or burst-timing
+error can hide in it. The measured distribution is
+written to results/obsburst-guest.json.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import secrets
+import select
+import socket
+import struct
+import time
+
+import pytest
+
+from helpers import REPO, require_features, require_root
+from testbed import cmd, hostclock, nsops, setns
+from testbed.ledger import Ledger
+from testbed.optical import obsburst
+from testbed.optical.burst import TIME, VOLUME, Arrival, ClassParams, assemble
+
+SO_TIMESTAMPNS, SO_TIMESTAMPING, SO_RCVBUFFORCE = 35, 37, 33
+SOF_TIMESTAMPING_SOFTWARE, SOF_TIMESTAMPING_OPT_ID = 1 << 4, 1 << 7
+SOF_TIMESTAMPING_TX_SCHED, SOF_TIMESTAMPING_OPT_TSONLY = 1 << 8, 1 << 11
+SO_EE_ORIGIN_TIMESTAMPING, SCM_TSTAMP_SCHED = 4, 1
+ETH_P_ALL, ETH_P_IP = 0x0003, 0x0800
+UDP_PORT = 40_777
+MAGIC = b"OBT1"
+#: tolerances of release - reference, ns (module docstring)
+TOL_EARLY, TOL_LATE = 2_000, 50_000
+RESULTS = REPO / "results" / "obsburst-guest.json"
+MEASURED: dict[str, dict] = {}
+#: UDP payload sizes: frames of 242..1442 B (14 + 20 + 8 + payload)
+PAYLOAD = (200, 1400)
+
+
+@pytest.fixture(scope="module")
+def env():
+    require_root()
+    require_features("netns", "modules")
+    if not (obsburst.KERNEL_DIR / "sch_obsburst.ko").exists():
+        pytest.fail("kernel/sch_obsburst.ko is not built: make -C kernel")
+    ledger = Ledger.create(f"test-obsburst-{os.getpid()}-{time.monotonic_ns()}")
+    tok = secrets.token_hex(2)
+    ns_a, ns_b, dev_a, dev_b = f"obA{tok}", f"obB{tok}", f"oba{tok}", f"obb{tok}"
+    was_loaded = obsburst.loaded()
+    try:
+        for ns in (ns_a, ns_b):
+            assert not nsops.netns_exists(ns)
+            ledger.add("netns", name=ns)
+            cmd.run(["ip", "netns", "add", ns])
+            for key in ("net.ipv6.conf.all.disable_ipv6", "net.ipv6.conf.default.disable_ipv6"):
+                try:
+                    nsops.sysctl_write(ns, key, 1)
+                except nsops.NsOpsError:
+                    pass            # no IPv6 in this kernel: nothing to silence
+        ledger.add("link", name=dev_a, netns=ns_a, peer=dev_b, peer_netns=ns_b)
+        nsops.add_veth(dev_a, ns_a, dev_b, ns_b)
+        nsops.configure_link(dev_a, ns_a, offloads=False, arp=False, up=True)
+        nsops.configure_link(dev_b, ns_b, offloads=False, arp=False, up=True)
+        nsops.add_address(dev_a, ns_a, "10.77.0.1/24")
+        loaded_here = obsburst.load_module(ledger)
+        assert loaded_here != was_loaded
+        yield {"ledger": ledger, "ns_a": ns_a, "ns_b": ns_b, "dev_a": dev_a, "dev_b": dev_b,
+               "loaded_here": loaded_here}
+    finally:
+        errors = ledger.teardown()
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(json.dumps(MEASURED, indent=1))
+    assert not errors, errors
+
+
+# -- traffic ------------------------------------------------------------------------------
+def sender(ns: str, prio: int) -> socket.socket:
+    with setns.entered(ns):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, prio)
+    s.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 32 << 20)
+    s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPING, SOF_TIMESTAMPING_TX_SCHED | SOF_TIMESTAMPING_SOFTWARE
+                 | SOF_TIMESTAMPING_OPT_ID | SOF_TIMESTAMPING_OPT_TSONLY)
+    return s
+
+
+def receiver(ns: str, dev: str) -> socket.socket:
+    with setns.entered(ns):
+        r = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        r.bind((dev, ETH_P_ALL))
+    r.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 64 << 20)
+    r.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    return r
+
+
+def sched_stamps(s: socket.socket) -> dict[int, int]:
+    """OPT_ID -> SCM_TSTAMP_SCHED timestamp (ns, CLOCK_REALTIME) from the error queue."""
+    out = {}
+    while True:
+        try:
+            _data, anc, _flags, _addr = s.recvmsg(64, 1024, socket.MSG_ERRQUEUE | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return out
+        ts = key = None
+        for level, kind, data in anc:
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPING:
+                sec, nsec = struct.unpack_from("=qq", data)
+                ts = sec * 1_000_000_000 + nsec
+            elif level == socket.SOL_IP and kind == 11:           # IP_RECVERR
+                _errno, origin, _t, _c, _p, info, data_ = struct.unpack_from("=IBBBBII", data)
+                if origin == SO_EE_ORIGIN_TIMESTAMPING and info == SCM_TSTAMP_SCHED:
+                    key = data_
+        if ts is not None and key is not None:
+            out[key] = ts
+
+
+def receive(r: socket.socket, want_data: int, timeout_s: float) -> list[tuple[int, bytes]]:
+    """(rx timestamp ns, frame) until ``want_data`` of our datagrams and the control
+    packets of every burst they complete arrived, or the timeout."""
+    frames: list[tuple[int, bytes]] = []
+    deadline = hostclock.Deadline(timeout_s)
+    data = covered = 0
+    while not (data == want_data and covered >= want_data):
+        if deadline.expired():
+            break
+        ready, _, _ = select.select([r], [], [], deadline.step(0.2))
+        if not ready:
+            continue
+        frame, anc, _f, _a = r.recvmsg(65536, 1024)
+        ts = next(struct.unpack_from("=qq", d) for lvl, k, d in anc if lvl == socket.SOL_SOCKET and k == SO_TIMESTAMPNS)
+        frames.append((ts[0] * 1_000_000_000 + ts[1], frame))
+        if (c := obsburst.parse_control(frame)) is not None:
+            covered += c.packets
+        elif our_seq(frame) is not None:
+            data += 1
+    return frames
+
+
+def our_seq(frame: bytes) -> int | None:
+    if len(frame) < 14 + 20 + 8 + 12 or struct.unpack_from("!H", frame, 12)[0] != ETH_P_IP:
+        return None
+    ihl = (frame[14] & 0xF) * 4
+    if frame[23] != socket.IPPROTO_UDP or struct.unpack_from("!H", frame, 14 + ihl + 2)[0] != UDP_PORT:
+        return None
+    payload = frame[14 + ihl + 8:]
+    if payload[:4] != MAGIC:
+        return None
+    return struct.unpack_from("!Q", payload, 4)[0]
+
+
+def plan(seed: int, n: int, mean_gap_ns: list[int]) -> list[tuple[int, int, int]]:
+    """(send offset ns, class, payload bytes), Poisson per class, merged in time."""
+    rng = random.Random(seed)
+    out = []
+    for c, gap in enumerate(mean_gap_ns):
+        t = 0
+        for _ in range(n // len(mean_gap_ns)):
+            t += int(rng.expovariate(1 / gap))
+            out.append((t, c, rng.randint(*PAYLOAD)))
+    return sorted(out)
+
+
+def run_trace(env, name: str, classes: list[ClassParams], seed: int, n: int, mean_gap_ns: list[int]) -> dict:
+    cfg = obsburst.ObsBurstConfig(tuple(classes))
+    obsburst.install(env["dev_a"], env["ns_a"], cfg, env["ledger"])
+    assert obsburst.read(env["dev_a"], env["ns_a"]).config == cfg
+    socks = [sender(env["ns_a"], c) for c in range(len(classes))]
+    r = receiver(env["ns_b"], env["dev_b"])
+    sent: list[tuple[int, int, int]] = []       # (class, OPT_ID, seq)
+    try:
+        schedule = plan(seed, n, mean_gap_ns)
+        next_id = [0] * len(classes)
+        t0 = time.monotonic_ns() + 20_000_000
+        for seq, (off, c, size) in enumerate(schedule):
+            wait = t0 + off - time.monotonic_ns()
+            if wait > 0:
+                time.sleep(wait / 1e9)
+            payload = MAGIC + struct.pack("!Q", seq) + bytes(size - 12)
+            socks[c].sendto(payload, ("10.77.0.2", UDP_PORT))
+            sent.append((c, next_id[c], seq))
+            next_id[c] += 1
+        last = max(p.tmax_ns + p.offset_ns for p in classes)
+        frames = receive(r, len(schedule), timeout_s=30 + 3 * last / 1e9)
+        stamps = [sched_stamps(s) for s in socks]
+        state = obsburst.read(env["dev_a"], env["ns_a"])
+    finally:
+        for s in (*socks, r):
+            s.close()
+        obsburst.remove(env["dev_a"], env["ns_a"])
+    return compare(name, classes, schedule, sent, stamps, frames, state)
+
+
+def compare(name, classes, schedule, sent, stamps, frames, state) -> dict:
+    # arrivals: SCHED stamp per datagram, frame length as received
+    rx: dict[int, tuple[int, int, int]] = {}      # seq -> (rx time, frame length, position)
+    ctrls: list[tuple[int, int, obsburst.ControlPacket]] = []
+    for pos, (t, f) in enumerate(frames):
+        c = obsburst.parse_control(f)
+        if c is not None:
+            ctrls.append((pos, t, c))
+            continue
+        seq = our_seq(f)
+        assert seq is not None, f"a foreign frame crossed the qdisc: {f[:40].hex()}"
+        rx[seq] = (t, len(f), pos)
+    assert len(rx) == len(schedule), f"{len(schedule) - len(rx)} datagrams not received"
+    arrival_ns = {}
+    for c, oid, seq in sent:
+        assert oid in stamps[c], f"no SCHED timestamp for class {c} datagram {oid}"
+        arrival_ns[seq] = stamps[c][oid]
+    order = sorted(range(len(schedule)), key=lambda s: (arrival_ns[s], s))
+    arrs = [Arrival(arrival_ns[s], rx[s][1], schedule[s][1]) for s in order]
+    ref = assemble(arrs, classes)
+
+    # the kernel's bursts, from the control packets: ids, class, packets, bytes, reason
+    kern = {c.burst_id: c for _p, _t, c in ctrls}
+    assert len(kern) == len(ctrls), "control packets repeat a burst id"
+    assert sorted(kern) == [b.id for b in ref.bursts], \
+        f"bursts: kernel {len(kern)}, reference {len(ref.bursts)}"
+    for b in ref.bursts:
+        k = kern[b.id]
+        assert (k.cls, k.packets, k.bytes, k.volume) == (b.cls, len(b.packets), b.bytes, b.reason == VOLUME), \
+            f"burst {b.id}: kernel {k}, reference class {b.cls} {len(b.packets)} packets {b.bytes} B {b.reason}"
+    # packet by packet: same burst (kernel's: packets of a class in release order, cut
+    # by the control packets' counts), release time within the tolerance
+    diffs, delays = [], {c: [] for c in range(len(classes))}
+    for b in ref.bursts:
+        ctrl_pos, ctrl_t, k = next((p, t, c) for p, t, c in ctrls if c.burst_id == b.id)
+        seqs = [order[i] for i in b.packets]
+        positions = [rx[s][2] for s in seqs]
+        assert ctrl_pos < min(positions), f"burst {b.id}: control packet after the burst's first packet"
+        assert positions == sorted(positions), f"burst {b.id}: packets reordered"
+        assert abs(k.offset_ns - b.offset_ns) <= TOL_LATE, f"burst {b.id}: offset {k.offset_ns} vs {b.offset_ns}"
+        for i, s in zip(b.packets, seqs):
+            d = rx[s][0] - ref.releases[i].t_ns
+            diffs.append(d)
+            delays[b.cls].append(ref.releases[i].t_ns - arrs[i].t_ns)
+    # no packet of another burst of the same class between a burst's packets
+    for c in range(len(classes)):
+        mine = sorted((rx[order[i]][2], r.burst) for i, r in enumerate(ref.releases) if arrs[i].cls == c)
+        bursts_in_order = [bid for _p, bid in mine]
+        assert bursts_in_order == sorted(bursts_in_order), f"class {c}: bursts interleaved on the wire"
+    # counters
+    for c, counters in enumerate(state.classes):
+        rb = [b for b in ref.bursts if b.cls == c]
+        assert counters.bursts == len(rb)
+        assert counters.closed_volume == sum(b.reason == VOLUME for b in rb)
+        assert counters.closed_time == sum(b.reason == TIME for b in rb)
+        assert counters.packets == sum(len(b.packets) for b in rb)
+        assert counters.bytes == sum(b.bytes for b in rb)
+    assert state.ctrl_packets == len(ref.bursts) and state.ctrl_failed == 0 and state.drops == 0
+    assert state.sent_packets == len(schedule) + len(ref.bursts) and state.qlen == 0
+
+    diffs.sort()
+    deadlines = [b.open_ns + classes[b.cls].tmax_ns for b in ref.bursts]
+    near = min((abs(a.t_ns - d) for a in arrs for d in deadlines), default=None)
+    q = lambda p: diffs[min(len(diffs) - 1, int(p * len(diffs)))]  # noqa: E731
+    summary = {
+        "packets": len(diffs), "bursts": len(ref.bursts),
+        "closed_by_time": sum(b.reason == TIME for b in ref.bursts),
+        "closed_by_volume": sum(b.reason == VOLUME for b in ref.bursts),
+        "channel_waits": sum(b.offset_ns > classes[b.cls].offset_ns for b in ref.bursts),
+        "release_minus_reference_ns": {"min": diffs[0], "p50": q(0.5), "p90": q(0.9), "p99": q(0.99),
+                                       "max": diffs[-1]},
+        "closest_arrival_to_a_tmax_deadline_ns": near,
+        "assembly_delay_ms_mean_per_class": {c: (sum(v) / len(v) / 1e6 if v else None) for c, v in delays.items()},
+        "tolerance_ns": [-TOL_EARLY, TOL_LATE],
+        "guest_clock": hostclock.guest_clock(),
+    }
+    MEASURED[name] = summary
+    assert -TOL_EARLY <= diffs[0] and diffs[-1] <= TOL_LATE, f"{name}: releases off the reference: {summary}"
+    return summary
+
+
+# -- tests --------------------------------------------------------------------------------------
+MS = 1_000_000
+
+
+def test_time_closing_rule(env):
+    """Lmax never reached: every burst closes at Tmax; class 1 has an offset."""
+    classes = [ClassParams(8 * MS, 10**9, 0, 5_000_000), ClassParams(3 * MS, 10**9, 4 * MS, 10_000_000)]
+    s = run_trace(env, "time", classes, seed=11, n=400, mean_gap_ns=[2 * MS, 1 * MS])
+    assert s["closed_by_volume"] == 0 and s["closed_by_time"] >= 40
+
+
+def test_volume_and_time_closing_rules(env):
+    """Lmax of a few packets: most bursts close by volume, the rest at Tmax; class 0's
+    channel is busy long enough for later bursts to wait for it."""
+    classes = [ClassParams(12 * MS, 4000, 1 * MS, 5_000_000), ClassParams(2 * MS, 2000, 0, 10_000_000)]
+    s = run_trace(env, "volume", classes, seed=23, n=400, mean_gap_ns=[2 * MS, 1 * MS])
+    assert s["closed_by_volume"] >= 30 and s["closed_by_time"] >= 5
+
+
+def test_bad_options_are_refused_with_a_message(env):
+    good = obsburst.ObsBurstConfig((ClassParams(MS, 1000, 0, 10**6),))
+    raw = bytearray(good.pack())
+    struct.pack_into("=Q", raw, 24 + 24, 999)             # class 0 rate below 1000 bit/s
+    with pytest.raises(obsburst.ObsBurstError, match="rate_bps must be") as exc:
+        obsburst.install_raw(env["dev_a"], env["ns_a"], bytes(raw))
+    assert exc.value.errno == errno.EINVAL
+    raw = bytearray(good.pack())
+    struct.pack_into("=I", raw, 0, 2)                      # another version
+    with pytest.raises(obsburst.ObsBurstError, match="version"):
+        obsburst.install_raw(env["dev_a"], env["ns_a"], bytes(raw))
+    with pytest.raises(obsburst.ObsBurstError, match="struct tc_obsburst_qopt"):
+        obsburst.install_raw(env["dev_a"], env["ns_a"], bytes(raw[:-8]))
+
+
+def test_module_unload_is_refused_while_used_or_not_ours(env):
+    if not env["loaded_here"]:
+        pytest.skip("sch_obsburst was loaded before this test module: not ours to unload")
+    ledger, other = env["ledger"], Ledger.create(f"test-obsburst-other-{os.getpid()}")
+    try:
+        with pytest.raises(obsburst.ObsBurstError, match="not loaded by ledger"):
+            obsburst.unload_module(other)
+    finally:
+        assert not other.teardown()
+    obsburst.install(env["dev_a"], env["ns_a"], obsburst.ObsBurstConfig((ClassParams(MS, 1000, 0, 10**6),)), ledger)
+    with pytest.raises(obsburst.ObsBurstError, match="in use"):
+        obsburst.unload_module(ledger)
+    obsburst.remove(env["dev_a"], env["ns_a"])
+    obsburst.unload_module(ledger)
+    assert not obsburst.loaded()
+    assert obsburst.load_module(ledger)                   # the ledger's teardown unloads it
