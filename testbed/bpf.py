@@ -33,7 +33,6 @@ import shutil
 import socket
 import struct
 import subprocess
-import weakref
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -153,22 +152,16 @@ def remove_pin_dir(path: Path | str) -> None:
         shutil.rmtree(p)
 
 
-#: the pin directories recorded in each ledger (by this process)
-_RECORDED: "weakref.WeakKeyDictionary[Any, set[str]]" = weakref.WeakKeyDictionary()
-
-
 def _record_pin_dir(ledger: Any, pin_dir: Path) -> None:
-    """Record ``pin_dir`` in ``ledger`` once per ledger (None: record nothing; a ledger
-    this module cannot remember gets it recorded every time, harmless duplicates)."""
+    """Record ``pin_dir`` in ``ledger`` unless a live entry (not torn down yet) already
+    records it (None: record nothing). A pin dir torn down with an emulation and
+    created again later in the same run (a fabric rebuilt after a failed point) is
+    recorded again, so the new emulation's teardown removes it too."""
     if ledger is None:
         return
-    try:
-        recorded = _RECORDED.setdefault(ledger, set())
-    except TypeError:  # not weakly referable
-        recorded = set()
-    if str(pin_dir) not in recorded:
+    live = ledger.live() if hasattr(ledger, "live") else []
+    if not any(e.resource == PIN_RESOURCE and e.attrs.get("path") == str(pin_dir) for e in live):
         ledger.add(PIN_RESOURCE, path=str(pin_dir))
-        recorded.add(str(pin_dir))
 
 
 def _remove_recorded_pin_dir(entry: Entry, ledger: Ledger) -> None:
@@ -194,14 +187,14 @@ def _portstat_rodata(node_id: int, port_id: int, direction: str) -> dict[str, in
     return {"tb_node_id": node_id, "tb_port_id": port_id, "tb_direction": DIRECTIONS[direction]}
 
 
-def _run_loader(args: list[str], input: str | None = None) -> str:
+def _run_loader(args: list[str], input: str | None = None, timeout_s: float = LOADER_TIMEOUT_S) -> str:
     """Run ``tbload ARGS`` (with ``input`` on stdin); return stdout. Raise CommandError
-    on failure or timeout."""
+    on failure or after ``timeout_s`` seconds."""
     argv = [str(loader_path()), *args]
     try:
-        proc = hostclock.run(argv, timeout=LOADER_TIMEOUT_S, input=input)
+        proc = hostclock.run(argv, timeout=timeout_s, input=input)
     except subprocess.TimeoutExpired as e:
-        raise CommandError(argv, -1, f"timed out after {LOADER_TIMEOUT_S} s") from e
+        raise CommandError(argv, -1, f"timed out after {timeout_s:g} s") from e
     if proc.returncode != 0:
         raise CommandError(argv, proc.returncode, proc.stderr)
     return proc.stdout
@@ -310,7 +303,11 @@ class Batch:
         """
         if not self._ops:
             return []
-        out = _run_loader(["batch"], input="".join(self._lines))
+        # each load verifies its programs (seconds under software emulation, more on a
+        # loaded host): the loader gets LOADER_TIMEOUT_S per load, as one load per
+        # process had before batching
+        loads = self._ops.count("load")
+        out = _run_loader(["batch"], input="".join(self._lines), timeout_s=LOADER_TIMEOUT_S * max(1, loads))
         return _results(self._ops, out.splitlines())
 
 

@@ -12,6 +12,7 @@ import struct
 import subprocess
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -49,6 +50,10 @@ class FakeLedger:
     def add(self, kind: str, **attrs) -> int:
         self.entries.append((kind, attrs))
         return len(self.entries)
+
+    def live(self) -> list[SimpleNamespace]:
+        """The entries not torn down (all of them here), as the ledger gives them."""
+        return [SimpleNamespace(resource=k, attrs=a) for k, a in self.entries]
 
 
 def _key(row: dict) -> tuple[int, int, str]:

@@ -1,5 +1,5 @@
 """Pin directories in the ledger (resource ``bpf-pin``, owned by testbed.bpf): recorded
-once per ledger before the loader runs, removed by ``testbed clean`` after a killed run,
+before the loader runs unless a live entry records it already (again after a teardown), removed by ``testbed clean`` after a killed run,
 never outside the testbed's pin root. Without root: the pin root is a temporary folder."""
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def test_a_pin_dir_is_recorded_once_per_ledger_before_the_loader_runs(pin_root, 
     led = Ledger.create("once")
     seen = []
 
-    def loader(args, input=None):
+    def loader(args, input=None, **kw):
         seen.append([e.resource for e in led.entries])
         return "".join(json.dumps({"op": op.split("\t")[0], "ifindex": 2, "dev": "eth0", "dir": "ingress"}) + "\n"
                        for op in (input or "").splitlines())
@@ -89,3 +89,46 @@ def test_a_pin_dir_is_recorded_once_per_ledger_before_the_loader_runs(pin_root, 
     bpf.attach_portstat(other, netns=None, dev="eth0", direction="ingress", node_id=1, port_id=1,
                         pin_dir=pin_root / "tok-p1")
     assert [e.resource for e in other.entries] == ["bpf-pin"]
+
+
+def test_a_pin_dir_torn_down_with_its_emulation_is_recorded_again(pin_root, monkeypatch):
+    """A fabric rebuilt in the same run after a failed point: its pin dir (same token,
+    same path) must be in the new emulation's part of the ledger, or that emulation's
+    teardown leaves the pinned programs behind and the next build finds them."""
+    led = Ledger.create("rebuild")
+    monkeypatch.setattr(bpf, "_run_loader", lambda args, input=None, **kw: "".join(
+        json.dumps({"op": "attach", "ifindex": 2, "dev": "eth0", "dir": "ingress"}) + "\n"
+        for _ in (input or "").splitlines()))
+    monkeypatch.setattr(bpf, "ensure_bpffs", lambda: None)
+    pin_dir = pin_root / "tok-optical"
+
+    def build() -> int:
+        first = len(led.entries)
+        bpf.attach_portstat(led, netns=None, dev="eth0", direction="ingress", node_id=1, port_id=1,
+                            pin_dir=pin_dir)
+        pins(pin_dir)  # what the loader pinned
+        return first
+
+    first = build()
+    assert led.teardown(since=first, archive=False) == [] and not pin_dir.exists()
+    second = build()
+    assert [e.resource for e in led.entries[second:]] == ["bpf-pin"]
+    assert led.teardown(since=second, archive=False) == [] and not pin_dir.exists()
+
+
+def test_a_batch_gets_the_loader_timeout_per_load(monkeypatch, tmp_path):
+    """One load per process had LOADER_TIMEOUT_S; a batch of N loads (a fat-tree's
+    nodes) gets N times that: under software emulation on a loaded host, 36 loads
+    took over 60 s."""
+    seen = []
+    monkeypatch.setattr(bpf, "_run_loader", lambda args, input=None, timeout_s=None: seen.append(timeout_s) or
+                        "".join(json.dumps({"op": "load"}) + "\n" for _ in (input or "").splitlines()))
+    batch = bpf.Batch()
+    for node in range(3):
+        batch.load(tmp_path / "x.bpf.o", tmp_path / "pins", prog_dir=tmp_path / f"progs{node}",
+                   rodata={"node_id": node})
+    batch.attach(None, "eth0", "ingress", "@x")
+    batch.run()
+    assert seen == [3 * bpf.LOADER_TIMEOUT_S]
+    bpf.Batch().update(tmp_path / "m", b"k", b"v").run()
+    assert seen[-1] == bpf.LOADER_TIMEOUT_S

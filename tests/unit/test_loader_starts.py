@@ -30,7 +30,7 @@ class FakeLoader:
         self.ledger: ledger.Ledger | None = None
         self.recorded: list[list[str]] = []
 
-    def __call__(self, args: list[str], input: str | None = None) -> str:
+    def __call__(self, args: list[str], input: str | None = None, timeout_s: float | None = None) -> str:
         ops = [line.split("\t") for line in (input or "").splitlines()]
         self.calls.append((args, ops))
         if self.ledger is not None:
