@@ -12,7 +12,9 @@ counters, its control packets, and the module that provides it.
   recorded in the run's ledger (resource ``module``, torn down by
   :mod:`testbed.cc.modules` when nothing uses it); unloading refuses a module this
   ledger did not load, or one still in use (a qdisc instance holds a reference).
-* :func:`parse_control` decodes a control packet (Ethernet frame, EtherType 0x88B5).
+* :func:`parse_control` decodes a control packet (Ethernet frame, EtherType 0x88B5);
+  ``obsburst.lua`` (next to this file) is its Wireshark dissector, and
+  :func:`tshark_controls` decodes a capture with it (:func:`write_pcap` writes one).
 
 docs/obs.md describes the mechanism.
 """
@@ -165,6 +167,13 @@ class ControlPacket:
     close_ns: int
 
 
+    def frame(self, src_mac: bytes = b"\x02\0\0\0\0\x01") -> bytes:
+        """The Ethernet frame the qdisc sends for this control packet (broadcast)."""
+        return (b"\xff" * 6 + src_mac + struct.pack("!H", ETH_P_OBSB)
+                + _CTRL.pack(CTRL_MAGIC, VERSION, self.cls, CTRL_F_VOLUME if self.volume else 0, self.burst_id,
+                             self.bytes, self.packets, 0, self.offset_ns, self.close_ns))
+
+
 def parse_control(frame: bytes) -> ControlPacket | None:
     """The control packet in Ethernet ``frame``, None when it is not one."""
     if len(frame) < 14 + _CTRL.size or struct.unpack_from("!H", frame, 12)[0] != ETH_P_OBSB:
@@ -173,6 +182,37 @@ def parse_control(frame: bytes) -> ControlPacket | None:
     if magic != CTRL_MAGIC or version != VERSION:
         return None
     return ControlPacket(bid, cls, bool(flags & CTRL_F_VOLUME), nbytes, npk, offset, close)
+
+
+#: Wireshark / tshark dissector of the control packet
+DISSECTOR = Path(__file__).with_name("obsburst.lua")
+_TSHARK_FIELDS = ("obsb.burst_id", "obsb.class", "obsb.volume", "obsb.bytes", "obsb.packets", "obsb.offset_ns",
+                  "obsb.close_ns")
+
+
+def write_pcap(path: Path, frames: list[tuple[int, bytes]]) -> None:
+    """A pcap (nanosecond timestamps, Ethernet) of ``frames``: (time ns, frame)."""
+    with open(path, "wb") as f:
+        f.write(struct.pack("=IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, 262144, 1))
+        for t, frame in frames:
+            f.write(struct.pack("=IIII", t // 1_000_000_000, t % 1_000_000_000, len(frame), len(frame)))
+            f.write(frame)
+
+
+def tshark_controls(pcap: Path) -> list[ControlPacket]:
+    """The control packets of ``pcap`` as tshark decodes them with :data:`DISSECTOR`."""
+    argv = ["tshark", "-n", "-X", f"lua_script:{DISSECTOR}", "-r", str(pcap), "-Y", "obsb", "-T", "fields",
+            "-E", "separator=,", *(x for name in _TSHARK_FIELDS for x in ("-e", name))]
+    try:
+        out = cmd.run(argv, timeout=300).stdout
+    except CommandError as exc:
+        raise ObsBurstError(f"tshark could not decode {pcap}: {exc.stderr.strip() or exc}") from None
+    result = []
+    for line in out.splitlines():
+        bid, cls, volume, nbytes, npk, offset, close = line.split(",")
+        result.append(ControlPacket(int(bid), int(cls), volume in ("1", "True"), int(nbytes), int(npk),
+                                    int(offset), int(close)))
+    return result
 
 
 # -- rtnetlink ------------------------------------------------------------------------------

@@ -14,7 +14,9 @@ Measured, independently of the qdisc:
 Both are CLOCK_REALTIME, read by the same kernel. The reference model is run on the
 measured arrivals (frame lengths as received) and every packet's release is compared
 with it; burst membership (from the control packets: id, class, packets, bytes,
-reason) must be identical, control packets must precede their bursts.
+reason) must be identical, control packets must precede their bursts. The capture is
+written to results/obsburst-guest-<trace>.pcap and decoded by tshark with the
+dissector (testbed/optical/obsburst.lua) when tshark is installed.
 
 Tolerance: release - reference in [-TOL_EARLY, TOL_LATE]. The arrival stamp is taken
 a few hundred instructions before the qdisc reads its clock (the qdisc's burst opens
@@ -40,6 +42,7 @@ import os
 import random
 import secrets
 import select
+import shutil
 import socket
 import struct
 import time
@@ -220,7 +223,14 @@ def run_trace(env, name: str, classes: list[ClassParams], seed: int, n: int, mea
         for s in (*socks, r):
             s.close()
         obsburst.remove(env["dev_a"], env["ns_a"])
-    return compare(name, classes, schedule, sent, stamps, frames, state)
+    summary = compare(name, classes, schedule, sent, stamps, frames, state)
+    # the capture as tcpdump would write it, decoded by the Wireshark dissector
+    pcap = RESULTS.with_name(f"obsburst-guest-{name}.pcap")
+    pcap.parent.mkdir(parents=True, exist_ok=True)
+    obsburst.write_pcap(pcap, frames)
+    if shutil.which("tshark") is not None:
+        assert obsburst.tshark_controls(pcap) == [c for _t, f in frames if (c := obsburst.parse_control(f))]
+    return summary
 
 
 def same_bursts(ref, kern: dict[int, obsburst.ControlPacket]) -> bool:
@@ -385,3 +395,22 @@ def test_module_unload_is_refused_while_used_or_not_ours(env):
     obsburst.unload_module(ledger)
     assert not obsburst.loaded()
     assert obsburst.load_module(ledger)                   # the ledger's teardown unloads it
+
+
+def test_limit_drops_and_no_change_while_held(env):
+    """Above ``limit`` held packets enqueue drops (counted); options cannot change while
+    packets are held (EBUSY, with the message); removing the qdisc frees them."""
+    cfg = obsburst.ObsBurstConfig((ClassParams(3600 * 1000 * MS, 10**9, 0, 10**6),), limit=3)
+    obsburst.install(env["dev_a"], env["ns_a"], cfg, env["ledger"])
+    s = sender(env["ns_a"], 0)
+    try:
+        for seq in range(5):
+            s.sendto(MAGIC + struct.pack("!Q", seq) + bytes(100), ("10.77.0.2", UDP_PORT))
+        state = obsburst.read(env["dev_a"], env["ns_a"])
+        assert (state.qlen, state.drops, state.classes[0].bursts) == (3, 2, 0)
+        with pytest.raises(obsburst.ObsBurstError, match="only while no packet is held") as exc:
+            obsburst.install_raw(env["dev_a"], env["ns_a"], cfg.pack())
+        assert exc.value.errno == errno.EBUSY
+    finally:
+        s.close()
+        obsburst.remove(env["dev_a"], env["ns_a"])

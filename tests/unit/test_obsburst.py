@@ -206,3 +206,17 @@ def test_mechanism_entry():
     assert m.configured_by == mechanisms.NETLINK and m.installer == obsburst.__name__
     with pytest.raises(ValueError, match="netlink"):
         m.tc_batch(["eth0"])
+
+
+def test_tshark_decodes_control_packets_with_the_dissector(tmp_path):
+    import shutil
+
+    if shutil.which("tshark") is None:
+        pytest.skip("tshark is not installed (apt tshark)")
+    ctrls = [obsburst.ControlPacket(1, 0, False, 3_000, 4, 10_000_000, 123_456_789_000),
+             obsburst.ControlPacket(2**40 + 3, 1, True, 25_600, 50, 0, 2**62)]
+    ip = bytes(12) + b"\x08\x00" + bytes(46)          # an unrelated frame in between
+    pcap = tmp_path / "obsb.pcap"
+    obsburst.write_pcap(pcap, [(1_000, ctrls[0].frame()), (2_000, ip), (3_000, ctrls[1].frame())])
+    assert obsburst.tshark_controls(pcap) == ctrls
+    assert all(obsburst.parse_control(c.frame()) == c for c in ctrls)
