@@ -115,6 +115,7 @@ static void obsb_queue_ctrl(struct Qdisc *sch, struct obsb_sched *q, u32 c,
 		q->st.ctrl_failed++;
 		return;
 	}
+	qdisc_skb_cb(skb)->pkt_len = skb->len;	/* not through __dev_queue_xmit */
 	obsb_cb(skb)->time_ns = close;
 	__qdisc_enqueue_tail(skb, &q->ctrl);
 	qdisc_qstats_backlog_inc(sch, skb);

@@ -196,7 +196,8 @@ def plan(seed: int, n: int, mean_gap_ns: list[int]) -> list[tuple[int, int, int]
     return sorted(out)
 
 
-def run_trace(env, name: str, classes: list[ClassParams], seed: int, n: int, mean_gap_ns: list[int]) -> dict:
+def run_trace(env, name: str, classes: list[ClassParams], seed: int, n: int, mean_gap_ns: list[int],
+              tol_late: int | None = TOL_LATE) -> dict:
     cfg = obsburst.ObsBurstConfig(tuple(classes))
     obsburst.install(env["dev_a"], env["ns_a"], cfg, env["ledger"])
     assert obsburst.read(env["dev_a"], env["ns_a"]).config == cfg
@@ -223,7 +224,7 @@ def run_trace(env, name: str, classes: list[ClassParams], seed: int, n: int, mea
         for s in (*socks, r):
             s.close()
         obsburst.remove(env["dev_a"], env["ns_a"])
-    summary = compare(name, classes, schedule, sent, stamps, frames, state)
+    summary = compare(name, classes, schedule, sent, stamps, frames, state, tol_late)
     # the capture as tcpdump would write it, decoded by the Wireshark dissector
     pcap = RESULTS.with_name(f"obsburst-guest-{name}.pcap")
     pcap.parent.mkdir(parents=True, exist_ok=True)
@@ -263,7 +264,9 @@ def reference(arrs: list[Arrival], classes, kern):
     return ref, arrs, 0
 
 
-def compare(name, classes, schedule, sent, stamps, frames, state) -> dict:
+def compare(name, classes, schedule, sent, stamps, frames, state, tol_late: int | None) -> dict:
+    """Everything but the release times must match exactly; release - reference must be
+    within [-TOL_EARLY, tol_late] (None: measured only)."""
     # arrivals: SCHED stamp per datagram, frame length as received
     rx: dict[int, tuple[int, int, int]] = {}      # seq -> (rx time, frame length, position)
     ctrls: list[tuple[int, int, obsburst.ControlPacket]] = []
@@ -295,7 +298,7 @@ def compare(name, classes, schedule, sent, stamps, frames, state) -> dict:
             f"burst {b.id}: kernel {k}, reference class {b.cls} {len(b.packets)} packets {b.bytes} B {b.reason}"
     # packet by packet: same burst (kernel's: packets of a class in release order, cut
     # by the control packets' counts), release time within the tolerance
-    diffs, delays = [], {c: [] for c in range(len(classes))}
+    diffs, delays = {c: [] for c in range(len(classes))}, {c: [] for c in range(len(classes))}
     for b in ref.bursts:
         ctrl_pos, ctrl_t, k = next((p, t, c) for p, t, c in ctrls if c.burst_id == b.id)
         seqs = [order[i] for i in b.packets]
@@ -305,7 +308,7 @@ def compare(name, classes, schedule, sent, stamps, frames, state) -> dict:
         assert abs(k.offset_ns - b.offset_ns) <= TOL_LATE, f"burst {b.id}: offset {k.offset_ns} vs {b.offset_ns}"
         for i, s in zip(b.packets, seqs):
             d = rx[s][0] - ref.releases[i].t_ns
-            diffs.append(d)
+            diffs[b.cls].append(d)
             delays[b.cls].append(ref.releases[i].t_ns - arrs[i].t_ns)
     # no packet of another burst of the same class between a burst's packets
     for c in range(len(classes)):
@@ -322,26 +325,37 @@ def compare(name, classes, schedule, sent, stamps, frames, state) -> dict:
         assert counters.bytes == sum(b.bytes for b in rb)
     assert state.ctrl_packets == len(ref.bursts) and state.ctrl_failed == 0 and state.drops == 0
     assert state.sent_packets == len(schedule) + len(ref.bursts) and state.qlen == 0
+    ctrl_frame = 14 + 48
+    assert state.sent_bytes == sum(b.bytes for b in ref.bursts) + ctrl_frame * len(ref.bursts)
 
-    diffs.sort()
+    def quantiles(v: list[int]) -> dict[str, int]:
+        v = sorted(v)
+        q = lambda p: v[min(len(v) - 1, int(p * len(v)))]  # noqa: E731
+        return {"min": v[0], "p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "max": v[-1]} if v else {}
+
+    every = [d for v in diffs.values() for d in v]
     deadlines = [b.open_ns + classes[b.cls].tmax_ns for b in ref.bursts]
     near = min((abs(a.t_ns - d) for a in arrs for d in deadlines), default=None)
-    q = lambda p: diffs[min(len(diffs) - 1, int(p * len(diffs)))]  # noqa: E731
     summary = {
-        "packets": len(diffs), "bursts": len(ref.bursts),
+        "packets": len(every), "bursts": len(ref.bursts),
         "closed_by_time": sum(b.reason == TIME for b in ref.bursts),
         "closed_by_volume": sum(b.reason == VOLUME for b in ref.bursts),
         "channel_waits": sum(b.offset_ns > classes[b.cls].offset_ns for b in ref.bursts),
-        "release_minus_reference_ns": {"min": diffs[0], "p50": q(0.5), "p90": q(0.9), "p99": q(0.99),
-                                       "max": diffs[-1]},
+        "release_minus_reference_ns": quantiles(every),
+        "release_minus_reference_ns_per_class": {c: quantiles(v) for c, v in diffs.items()},
+        "shortest_frame_serialisation_ns_per_class": {
+            c: min((a.length * 8 * 10**9 // classes[c].rate_bps for a in arrs if a.cls == c), default=None)
+            for c in range(len(classes))},
         "closest_arrival_to_a_tmax_deadline_ns": near,
         "boundary_arrivals_resolved": resolved,
         "assembly_delay_ms_mean_per_class": {c: (sum(v) / len(v) / 1e6 if v else None) for c, v in delays.items()},
-        "tolerance_ns": [-TOL_EARLY, TOL_LATE],
+        "tolerance_ns": [-TOL_EARLY, tol_late],
         "guest_clock": hostclock.guest_clock(),
     }
     MEASURED[name] = summary
-    assert -TOL_EARLY <= diffs[0] and diffs[-1] <= TOL_LATE, f"{name}: releases off the reference: {summary}"
+    assert min(every) >= -TOL_EARLY, f"{name}: releases before the reference: {summary}"
+    if tol_late is not None:
+        assert max(every) <= tol_late, f"{name}: releases off the reference: {summary}"
     return summary
 
 
@@ -362,6 +376,18 @@ def test_volume_and_time_closing_rules(env):
     classes = [ClassParams(12 * MS, 4000, 1 * MS, 5_000_000), ClassParams(2 * MS, 2000, 0, 10_000_000)]
     s = run_trace(env, "volume", classes, seed=23, n=400, mean_gap_ns=[2 * MS, 1 * MS])
     assert s["closed_by_volume"] >= 30 and s["closed_by_time"] >= 5
+
+
+def test_back_to_back_release_limit(env):
+    """How short a packet the qdisc can release on time: arrivals as fast as the sender
+    goes, volume-closed bursts of ~10 packets released back to back at 100 Mbit/s
+    (frames 19-115 us) and 1 Gbit/s (1.9-11.5 us, shorter than one release's own
+    path). Bursts must still be exact (they are decided at enqueue); release lateness
+    is measured, not bounded (results/obsburst-guest.json, "dense"): it says how far
+    E2 must dilate time."""
+    classes = [ClassParams(20 * MS, 8000, 0, 100_000_000), ClassParams(20 * MS, 8000, 0, 1_000_000_000)]
+    s = run_trace(env, "dense", classes, seed=5, n=300, mean_gap_ns=[20_000, 20_000], tol_late=None)
+    assert s["closed_by_volume"] >= 20
 
 
 def test_bad_options_are_refused_with_a_message(env):
