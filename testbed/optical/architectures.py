@@ -103,6 +103,9 @@ class Architecture:
     params: tuple[ArchParam, ...] = ()
     roles: tuple[str, ...] = SWITCH_ROLES
     realisation: Realisation = EDT_FQ
+    #: the options its realisation's mechanism needs from an assignment's parameter
+    #: values (e.g. an obsburst qdisc's per-class Tmax/Lmax), None for none
+    mechanism_options: Callable[..., object] | None = None
 
     def __post_init__(self) -> None:
         if not self.bpf.isidentifier():
@@ -169,6 +172,12 @@ class Assignment:
         """The kernel mechanism releasing the node's packets (DefinitionError if it does
         not exist yet)."""
         return self.arch.realisation.require(self.arch.name, "arch", self.spec)
+
+    def options(self) -> object:
+        """What the mechanism of this assignment's realisation needs to be installed
+        (the architecture's ``mechanism_options`` of its values; None for most)."""
+        hook = self.arch.mechanism_options
+        return hook(**self.params) if hook is not None else None
 
     def packed(self) -> bytes:
         """The bytes of ``cfg_node.arch_cfg`` (zero-padded by the map writer)."""

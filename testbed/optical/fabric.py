@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from testbed import bpf, cmd, nsops
+from testbed import bpf, nsops
 from testbed.errors import DefinitionError
 from testbed.optical import architectures, layout, maps
 from testbed.optical.architectures import Assignment
@@ -156,8 +156,7 @@ class OpticalFabric:
         (recorded in the ledger by :meth:`setup`), unless it is installed already."""
         mech = np.assignment.mechanism
         if mech != np.mechanism:
-            # one tc process per node (each costs ~0.3 s under software emulation)
-            cmd.run(["tc", "-batch", "-"], input=mech.tc_batch(np.devs), netns=np.netns)
+            mech.install(np.netns, np.devs, np.assignment.options(), self.emu.ledger)
             np.mechanism = mech
 
     def _write_configs(self) -> None:

@@ -9,21 +9,25 @@ A port architecture (``testbed/optical/architectures.py``) is realised in one of
 * ``holding``: packets are held and released by a kernel mechanism that can wait for
   later events (a burst closed by volume, a virtual output queue served in an order
   that depends on later arrivals), e.g. a qdisc module in ``kernel/``. One exists:
-  ``obsburst`` (``kernel/sch_obsburst.c``, E2's burst assembler, :data:`OBSBURST`);
+  ``obsburst`` (``kernel/sch_obsburst.c``, E2's burst assembler,
+  ``testbed.optical.obsburst.OBSBURST``);
   an architecture realised by a mechanism that does not exist yet names what it needs
   in ``Realisation.missing``, and choosing it fails (:meth:`Realisation.require`)
   before anything is created.
 
 The fabric (``testbed/optical/fabric.py``) installs, per node, the mechanism of that
-node's realisation; adding a mechanism is a new :class:`Mechanism` here and its use in
-an architecture's realisation.
+node's realisation through :meth:`Mechanism.install`; adding a mechanism is a
+:class:`Mechanism` subclass in the module that owns it (with its kernel part in
+``kernel/``) and its use in an architecture's realisation.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from testbed import cmd
 from testbed.errors import DefinitionError
 from testbed.features import Feature
 
@@ -34,54 +38,45 @@ EDT, HOLDING = "edt", "holding"
 FQ_OPTS = ("limit", "1000000", "flow_limit", "1000000", "horizon", "3600s", "horizon_cap", "nopacing")
 
 
-#: how a mechanism's qdisc is configured: by ``tc`` (its arguments in ``qdisc``), or by
-#: ``netlink`` (a qdisc of ours with its own options struct, which tc cannot parse: it
-#: names the Python module that installs it, e.g. ``testbed.optical.obsburst``)
-TC, NETLINK = "tc", "netlink"
-
-
 @dataclass(frozen=True)
 class Mechanism:
-    """A kernel mechanism releasing a node's packets: ``qdisc`` (tc arguments after
-    ``root``, or the qdisc kind when ``configured_by`` is NETLINK) installed as the root
-    qdisc of every port; ``features`` the kernel features it needs; ``installer`` the
-    module whose ``install(dev, netns, config, ledger)`` configures a NETLINK one (its
-    options are per node: they come from the architecture's parameters)."""
+    """A kernel mechanism releasing a node's packets, installed as the root qdisc of
+    every port of the node: ``features`` the kernel features it needs. Subclasses
+    implement :meth:`install` (a tc qdisc here; a qdisc of ours with its own options,
+    e.g. ``testbed.optical.obsburst.ObsBurstQdisc``, in the module that owns it)."""
 
     name: str
     doc: str
-    qdisc: tuple[str, ...]
     features: frozenset[Feature] = frozenset()
-    configured_by: str = TC
-    installer: str = ""
 
-    def __post_init__(self) -> None:
-        if self.configured_by not in (TC, NETLINK):
-            raise ValueError(f"configured_by {self.configured_by!r} not in {(TC, NETLINK)}")
-        if self.configured_by == NETLINK and not self.installer:
-            raise ValueError(f"mechanism {self.name}: a netlink-configured qdisc names its installer")
+    def install(self, netns: str | None, devs: Sequence[str], options: Any, ledger: Any) -> None:
+        """Make this mechanism the root qdisc of ``devs`` in ``netns`` (the qdiscs are
+        recorded in ``ledger`` by the caller; a mechanism records what else it needs,
+        e.g. a module). ``options``: the node architecture's
+        :meth:`~testbed.optical.architectures.Assignment.mechanism_options` (None for
+        most). Raises CommandError or the mechanism's own TestbedError."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class TcQdisc(Mechanism):
+    """A qdisc that ``tc`` configures: ``qdisc`` its arguments after ``root``."""
+
+    qdisc: tuple[str, ...] = ()
 
     def tc_batch(self, devs: Sequence[str]) -> str:
-        """``tc -batch`` input installing the qdisc on every device of ``devs``
-        (ValueError for a NETLINK mechanism: tc cannot configure it)."""
-        if self.configured_by != TC:
-            raise ValueError(f"mechanism {self.name} is configured through netlink by {self.installer}.install, "
-                             "not by tc")
+        """``tc -batch`` input installing the qdisc on every device of ``devs``."""
         return "".join(f"qdisc replace dev {dev} root {' '.join(self.qdisc)}\n" for dev in devs)
+
+    def install(self, netns: str | None, devs: Sequence[str], options: Any, ledger: Any) -> None:
+        # one tc process per node (each costs ~0.3 s under software emulation)
+        cmd.run(["tc", "-batch", "-"], input=self.tc_batch(devs), netns=netns)
 
 
 #: fq: releases each packet at its stamped time (no pacing, no per-flow limit, and a
 #: horizon that caps rather than drops, so no stamped packet is lost in fq)
-FQ = Mechanism("fq", "fq qdisc releasing each packet at its skb->tstamp", ("fq", *FQ_OPTS),
-               frozenset({Feature.FQ}))
-
-
-#: obsburst: E2's ingress-edge burst assembler (kernel/sch_obsburst.c, a module loaded
-#: from kernel/): per class, bursts closed by Tmax or Lmax, released after the offset
-#: at the optical rate, a control packet at close (docs/obs.md)
-OBSBURST = Mechanism("obsburst", "obsburst qdisc module: per-class time-volume burst assembly, release "
-                     "after the offset at the optical rate, control packet at close", ("obsburst",),
-                     frozenset({Feature.MODULES}), NETLINK, "testbed.optical.obsburst")
+FQ = TcQdisc("fq", "fq qdisc releasing each packet at its skb->tstamp", frozenset({Feature.FQ}),
+             ("fq", *FQ_OPTS))
 
 
 @dataclass(frozen=True)
@@ -113,9 +108,6 @@ class Realisation:
 #: decided at arrival, stamped, released by fq (every architecture of today)
 EDT_FQ = Realisation(EDT, FQ)
 
-
-#: held per class until the burst closes, released by the obsburst qdisc
-OBS_ASSEMBLY = Realisation(HOLDING, OBSBURST)
 
 
 def holding(missing: str, mechanism: Mechanism | None = None) -> Realisation:

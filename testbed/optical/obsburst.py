@@ -25,15 +25,19 @@ import errno
 import os
 import socket
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from testbed import cmd
 from testbed.cc.modules import KERNEL_DIR, MODULE, refcount
 from testbed.errors import CommandError, TestbedError
+from testbed.features import Feature
 from testbed.ledger import Ledger
 from testbed.nsops import call_in
 from testbed.optical.burst import ClassParams
+from testbed.optical.mechanisms import HOLDING, Mechanism, Realisation
 
 MODULE_NAME = "sch_obsburst"
 KIND = "obsburst"
@@ -391,3 +395,29 @@ def unload_module(ledger: Ledger) -> None:
         raise ObsBurstError(f"rmmod {MODULE_NAME} failed: {exc.stderr.strip()}") from None
     ledger.mark_gone(mine[-1].seq)
 
+
+
+@dataclass(frozen=True)
+class ObsBurstQdisc(Mechanism):
+    """The obsburst qdisc as a fabric mechanism: loads the module (ledgered) and installs
+    the qdisc with the node architecture's options (an :class:`ObsBurstConfig`, from
+    its ``mechanism_options``) on every port."""
+
+    def install(self, netns: str | None, devs: Sequence[str], options: Any, ledger: Any) -> None:
+        if not isinstance(options, ObsBurstConfig):
+            raise ObsBurstError(f"the obsburst mechanism needs an ObsBurstConfig from its architecture's "
+                                f"mechanism_options, got {options!r}")
+        if ledger is not None:
+            load_module(ledger)
+        for dev in devs:
+            install(dev, netns, options)
+
+
+#: obsburst: E2's ingress-edge burst assembler (kernel/sch_obsburst.c, a module loaded
+#: from kernel/): per class, bursts closed by Tmax or Lmax, released after the offset
+#: at the optical rate, a control packet at close (docs/obs.md)
+OBSBURST = ObsBurstQdisc("obsburst", "obsburst qdisc module: per-class time-volume burst assembly, release "
+                         "after the offset at the optical rate, control packet at close", frozenset({Feature.MODULES}))
+
+#: held per class until the burst closes, released by the obsburst qdisc
+OBS_ASSEMBLY = Realisation(HOLDING, OBSBURST)

@@ -204,7 +204,7 @@ def _fabric(monkeypatch, roles: dict[str, str] | None = None):
     written, tc = [], []
     monkeypatch.setattr(fabric.maps, "configure_nodes", lambda pin, cfgs: written.append(list(cfgs)))
     monkeypatch.setattr(fabric.maps, "reset_monitor", lambda pin: None)
-    monkeypatch.setattr(fabric.cmd, "run", lambda argv, **kw: tc.append((kw["netns"], kw["input"])))
+    monkeypatch.setattr(mechanisms.cmd, "run", lambda argv, **kw: tc.append((kw["netns"], kw["input"])))
     fab = fabric.OpticalFabric(emu, ["s1", "s2"], ["h1", "h2", "h3"])
     for np in fab.nodes.values():
         fab._install(np)
@@ -242,7 +242,7 @@ def test_a_node_gets_the_mechanism_of_its_architectures_realisation(monkeypatch)
     """Adding a mechanism is an addition: a holding architecture that has one is installed
     on its nodes only, by the same fabric code."""
     fab, written, tc = _fabric(monkeypatch)
-    pfifo = mechanisms.Mechanism("pfifo-test", "a stand-in holding qdisc", ("pfifo", "limit", "10"))
+    pfifo = mechanisms.TcQdisc("pfifo-test", "a stand-in holding qdisc", frozenset(), ("pfifo", "limit", "10"))
     voq = REGISTRY.get("nic")  # any reference model will do: nothing is offered
     voq = Architecture("voq", 50, "voq", "test", voq.reference, roles=("core",),
                        realisation=mechanisms.holding("", pfifo))

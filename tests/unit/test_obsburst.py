@@ -200,12 +200,19 @@ def test_control_packet_parse():
     assert obsburst.parse_control(frame[:12] + b"\x08\x00" + frame[14:]) is None
 
 
-def test_mechanism_entry():
-    m = mechanisms.OBSBURST
-    assert mechanisms.OBS_ASSEMBLY.mechanism is m and mechanisms.OBS_ASSEMBLY.name == mechanisms.HOLDING
-    assert m.configured_by == mechanisms.NETLINK and m.installer == obsburst.__name__
-    with pytest.raises(ValueError, match="netlink"):
-        m.tc_batch(["eth0"])
+def test_mechanism_entry_installs_with_its_architectures_options(monkeypatch):
+    m = obsburst.OBSBURST
+    assert isinstance(m, mechanisms.Mechanism) and mechanisms.Feature.MODULES in m.features
+    assert obsburst.OBS_ASSEMBLY.mechanism is m and obsburst.OBS_ASSEMBLY.name == mechanisms.HOLDING
+    done = []
+    monkeypatch.setattr(obsburst, "load_module", lambda ledger: done.append(("load", ledger)))
+    monkeypatch.setattr(obsburst, "install", lambda dev, netns, config: done.append((dev, netns, config)))
+    with pytest.raises(obsburst.ObsBurstError, match="ObsBurstConfig"):
+        m.install("ns", ["eth0"], None, ledger="L")
+    assert done == []
+    config = obsburst.ObsBurstConfig((ClassParams(1_000_000, 25_000, 0, 10**9),))
+    m.install("ns", ["eth0", "eth1"], config, ledger="L")
+    assert done == [("load", "L"), ("eth0", "ns", config), ("eth1", "ns", config)]
 
 
 def test_tshark_decodes_control_packets_with_the_dissector(tmp_path):
