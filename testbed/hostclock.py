@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -95,13 +96,33 @@ def wait(proc: subprocess.Popen, timeout_s: float) -> int:
 
 def communicate(proc: subprocess.Popen, input: Any = None, timeout_s: float = 30.0) -> tuple[Any, Any]:
     """``proc.communicate()`` bounded by a :class:`Deadline`; raises
-    subprocess.TimeoutExpired (the process is left running: the caller kills it)."""
+    subprocess.TimeoutExpired (the process is left running: the caller kills it).
+
+    ``input`` is written by a thread of its own, which then closes stdin: a
+    ``Popen.communicate`` that timed out cannot resume writing input (CPython registers
+    stdin for writing only when ``input`` is passed, and refuses ``input`` on a retry),
+    so stepping it with input larger than a pipe left the child waiting for the rest
+    of its stdin until the deadline (a 640 kB loader batch in a loaded guest)."""
     deadline = Deadline(timeout_s)
+    if input is not None and proc.stdin is not None:
+        stdin, proc.stdin = proc.stdin, None  # communicate() leaves it to the feeder
+
+        def feed() -> None:
+            try:
+                stdin.write(input)
+            except (BrokenPipeError, ValueError):  # the child exited or stdin was closed
+                pass
+            finally:
+                try:
+                    stdin.close()
+                except BrokenPipeError:
+                    pass
+
+        threading.Thread(target=feed, name="stdin-feeder", daemon=True).start()
     while True:
         try:
-            return proc.communicate(input, timeout=deadline.step())
+            return proc.communicate(None, timeout=deadline.step())
         except subprocess.TimeoutExpired:
-            input = None  # communicate() keeps feeding what it started with
             if deadline.expired():
                 raise subprocess.TimeoutExpired(proc.args, timeout_s) from None
 

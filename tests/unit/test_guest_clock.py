@@ -155,3 +155,20 @@ def test_vm_placement_runs_natively_in_the_guest_without_the_vm_flag(monkeypatch
     assert "--vm" not in inner and "--native" in inner and inner[:5] == argv[:5]
     cli = __import__("testbed.cli", fromlist=["build_parser"])
     cli.build_parser().parse_args(inner[3:])  # the guest's command line parses
+
+
+def test_communicate_feeds_input_larger_than_a_pipe_across_steps():
+    """A child that reads 2 MB slowly (~1.6 s) outlives several communicate() steps
+    (hostclock.STEP_S = 0.5 s): every byte must
+    still reach it and stdin be closed (a stepped Popen.communicate(input) stopped
+    writing after its first timeout and the child waited until the deadline)."""
+    import subprocess
+    import sys
+
+    reader = ("import sys, time\nn = 0\nwhile True:\n    b = sys.stdin.buffer.read(65536)\n"
+              "    if not b:\n        break\n    n += len(b)\n    time.sleep(0.05)\nprint(n)\n")
+    data = "x" * (2 * 1024 * 1024)
+    with subprocess.Popen([sys.executable, "-c", reader], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as proc:
+        out, err = hostclock.communicate(proc, data, timeout_s=60)
+    assert (proc.returncode, out.strip()) == (0, str(len(data))), err
