@@ -28,18 +28,24 @@ from testbed.units import Dim, Quantity  # noqa: E402
 
 #: order of the CCA panels as in the paper (a..d), then the kernel bonus ones
 CCA_ORDER = ("saw", "sawl", "sack", "msack", "reno", "cubic", "bbr", "paced-reno")
+#: the port architectures of the paper's curves (E1 accepts every registered switch
+#: architecture; the findings compare these)
+PAPER_ARCHS = ("all-optical", "hybrid", "electronic")
 
 
 def switch_config(row: pd.Series) -> tuple[str, int, float]:
     """(arch, n_e, initial RTO in s) of a summary row, from ``switch`` = all-optical |
     hybrid:N | electronic, optionally @RTO (else the ``initial_rto`` column, else the
     paper's 1 ms). arch is the switches' port architecture (all-optical, hybrid or
-    electronic); n_e is 0 but for hybrid. Raises UnitError for an RTO that is not a time."""
+    electronic; another registered architecture's whole spec, e.g. ``delay-line:5``);
+    n_e is 0 but for hybrid. Raises UnitError for an RTO that is not a time."""
     config, _, rto_text = str(row["switch"]).partition("@")
     config = config.strip()
     rto_value = rto_text.strip() or row.get("initial_rto")
     rto = Quantity.parse(rto_value, Dim.TIME).si if isinstance(rto_value, str) and rto_value else PAPER_RTO_S
     arch, _, n_text = config.partition(":")
+    if arch not in PAPER_ARCHS:  # another registered architecture: its whole spec names it
+        return config, 0, rto
     return arch, int(n_text) if arch == "hybrid" else 0, rto
 
 
@@ -53,7 +59,9 @@ def switch_label(row: pd.Series) -> str:
 def _label(arch: str, n_e: int, rto: float) -> str:
     if arch == "electronic":
         return f"electronic, RTO {Quantity(rto, Dim.TIME)}"
-    label = f"n_e = {n_e}"
+    # the paper's curves are named by n_e; any other architecture by its spec, so that
+    # it never joins an n_e curve
+    label = f"n_e = {n_e}" if arch in PAPER_ARCHS else arch
     return label if math.isclose(rto, PAPER_RTO_S) else f"{label}, RTO {Quantity(rto, Dim.TIME)}"
 
 

@@ -61,6 +61,17 @@ def test_labels_keep_the_initial_rto_of_optical_and_hybrid_curves():
         ["n_e = 0", "n_e = 2", "n_e = 2, RTO 1 s", "electronic, RTO 1 s"]
 
 
+
+def test_an_architecture_outside_the_papers_curves_keeps_its_own_name():
+    """E1 accepts any registered switch architecture; its curve must not merge with the
+    paper's n_e = 0 curve (a spec like 'delay-line:5' has no n_e)."""
+    s = summary()
+    extra = s[s["switch"] == "all-optical"].assign(switch="delay-line:5")
+    agg = e1.aggregate(pd.concat([s, extra]))
+    assert {"n_e = 0", "delay-line:5"} <= set(agg["switch"])
+    assert (agg[agg["switch"] == "n_e = 0"]["n"] == 2).all()  # its own repetitions only
+
+
 # ---- findings --------------------------------------------------------------------------
 
 SPREAD = (0.98, 1.0, 1.02)  # repetitions: mean x these (deterministic)
