@@ -173,17 +173,23 @@ def load(algorithm: str, params: dict[str, int] | None = None) -> bool:
         argv = ["insmod", str(ko_path(algorithm)), *(f"{k}={v}" for k, v in params.items())]
     else:
         argv = ["modprobe", mod]
-    try:
-        cmd.run(argv)
-    except CommandError as exc:
-        raise CongestionControlError(
-            f"loading {mod} failed: {exc.stderr.strip() or exc}"
-            + (" (this kernel refuses module loading; run it in the guest: testbed guest -- testbed cc load "
-               f"{algorithm})" if any(m in exc.stderr for m in ("not permitted", "not implemented")) else "")
-        ) from None
+    insert(argv, mod, f"testbed guest -- testbed cc load {algorithm}", CongestionControlError)
     if algorithm not in available():
         raise CongestionControlError(f"{mod} loaded but {algorithm!r} is not registered")
     return True
+
+
+def insert(argv: list[str], module: str, in_guest: str, error: type[TestbedError]) -> None:
+    """Run ``argv`` (insmod or modprobe of ``module``); on failure raise ``error`` with
+    the kernel's message and, where this kernel refuses module loading (the host),
+    ``in_guest``: the command that does it in the full-kernel guest."""
+    try:
+        cmd.run(argv)
+    except CommandError as exc:
+        refused = any(m in exc.stderr for m in ("not permitted", "not implemented"))
+        raise error(f"loading {module} failed: {exc.stderr.strip() or exc}"
+                    + (f" (this kernel refuses module loading; run it in the guest: {in_guest})" if refused else "")
+                    ) from None
 
 
 def set_params(algorithm: str, params: dict[str, int]) -> None:

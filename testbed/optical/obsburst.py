@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed import cmd
-from testbed.cc.modules import KERNEL_DIR, MODULE, refcount
+from testbed.cc.modules import KERNEL_DIR, MODULE, insert, refcount
 from testbed.errors import CommandError, TestbedError
 from testbed.features import Feature
 from testbed.ledger import Ledger
@@ -366,13 +366,10 @@ def load_module(ledger: Ledger) -> bool:
     ko = ko_path()
     seq = ledger.add(MODULE, name=MODULE_NAME)
     try:
-        cmd.run(["insmod", str(ko)])
-    except CommandError as exc:
+        insert(["insmod", str(ko)], MODULE_NAME, "testbed guest -- ...", ObsBurstError)
+    except ObsBurstError:
         ledger.mark_gone(seq)
-        raise ObsBurstError(f"loading {MODULE_NAME} failed: {exc.stderr.strip() or exc}"
-                            + (" (this kernel refuses module loading: run it in the guest, testbed guest -- ...)"
-                               if any(m in exc.stderr for m in ("not permitted", "not implemented")) else "")
-                            ) from None
+        raise
     return True
 
 
