@@ -224,6 +224,7 @@ int optsw_ingress(struct __sk_buff *skb)
 	barrier_var(out);
 	out &= OPTSW_MAX_PORTS - 1;
 	skb->cb[0] = out;
+	skb->cb[1] = in ? port_of(skb, h) : NO_PORT; /* the input port, for the decision */
 	/* Carry the arrival time to the egress program as a monotonic delivery time. */
 	if (!stamp) {
 		stamp = now;
@@ -299,9 +300,18 @@ static __always_inline int output_free(struct optsw_port_state *ps, __u64 a, __u
  * optsw_arch_decide(arch, ...), which calls the one of code arch, or returns OPTSW_NOCFG
  * for an unknown code.
  */
+struct optsw_pkt {
+	const struct optsw_cfg_port *out_cfg; /* configuration of the output port */
+	__u32 in_port;  /* input port (NO_PORT if unknown: a host's own packet) */
+	__u32 out_port; /* output port */
+	__u32 len;      /* wire length in bytes */
+	__u32 pad;
+};
+
 #define OPTSW_DECIDE(name)                                                                    \
 	static __always_inline __u32 optsw_##name##_decide(struct optsw_node_state *st,         \
 							  const struct optsw_cfg_node *cfg,     \
+							  const struct optsw_pkt *pkt,          \
 							  struct optsw_port_state *ps, __u64 a, \
 							  __u64 tau, __u64 *dep)
 #include "optsw_archs.h"
@@ -315,6 +325,7 @@ int optsw_egress(struct __sk_buff *skb)
 	struct optsw_cfg_node *cfg;
 	struct optsw_cfg_port *pc;
 	struct optsw_port_state *ps;
+	struct optsw_pkt pkt = {};
 	__u64 a, tau, dep = 0, stamp, now;
 	__u32 len, decision, port;
 
@@ -345,10 +356,22 @@ int optsw_egress(struct __sk_buff *skb)
 	else
 		a = max64(now, stamp); /* the host's own packet: now, or later if TCP paces */
 
+	pkt.out_cfg = pc;
+	pkt.out_port = port;
+	pkt.len = len;
+	if (!tb_is_switch)
+		pkt.in_port = NO_PORT;
+	else if (tb_test_mode)
+		pkt.in_port = h ? h->in_port : NO_PORT;
+	else
+		pkt.in_port = skb->cb[1]; /* set by optsw_ingress */
+
 	bpf_spin_lock(&st->lock);
-	decision = optsw_arch_decide(cfg->arch, st, cfg, ps, a, tau, &dep);
+	decision = optsw_arch_decide(cfg->arch, st, cfg, &pkt, ps, a, tau, &dep);
 	if (decision == OPTSW_DROP) {
 		ps->dropped++;
+	} else if (decision == OPTSW_HOLD) {
+		ps->held++;
 	} else if (decision != OPTSW_NOCFG) {
 		ps->out_free_ns = dep + tau;
 		ps->last_dep_ns = dep;
@@ -370,6 +393,15 @@ int optsw_egress(struct __sk_buff *skb)
 	}
 	if (decision == OPTSW_DROP)
 		return TC_ACT_SHOT;
+	if (decision == OPTSW_HOLD) {
+		/* The port's holding qdisc releases it; the stamp is its arrival here, which
+		 * the next node (port flag OPTSW_PORT_PEER_HOLDS) reads as such. */
+		if (tb_test_mode)
+			skb->tstamp = a;
+		else
+			bpf_skb_set_tstamp(skb, a, OPTSW_TSTAMP_MONO);
+		return TC_ACT_OK;
+	}
 	/* Stamp the intended arrival at the next node: the head after the propagation
 	 * delay (a switch may cut through), or the tail if the peer is an end host. */
 	stamp = dep + pc->prop_ns + ((pc->flags & OPTSW_PORT_PEER_HOST) ? tau : 0);

@@ -46,10 +46,15 @@
 #define OPTSW_DROP    2 /* dropped */
 #define OPTSW_NOCFG   3 /* no configuration for this node/port (or an unknown architecture):
 			  * passed unmodelled */
+#define OPTSW_HOLD    4 /* released later by the port's holding qdisc (obsburst): the egress
+			  * program stamps the arrival a and leaves out_free alone */
 
 /* cfg_port.flags */
 #define OPTSW_PORT_PEER_HOST 1 /* the peer is an end host: it receives the packet when its
 				* tail arrives, so the stamp is dep + tau + propagation */
+#define OPTSW_PORT_PEER_HOLDS 2 /* the peer releases its packets through a holding mechanism
+				 * (obsburst): a packet arriving on this port carries the time it
+				 * reached the peer, not an intended arrival here */
 
 /* cfg_route.flags */
 #define OPTSW_ROUTE_FLOW_HASH 1 /* per-flow hashing (skb hash) instead of per-packet random */
@@ -103,6 +108,7 @@ struct optsw_port_state {
 	__u64 last_rx_stamp_ns; /* ingress: its stamped (intended) arrival time, 0 if none */
 	__u64 rx;            /* ingress: packets received on this port */
 	__u64 nocfg;         /* packets that found no configuration (passed or dropped) */
+	__u64 held;          /* packets handed to the port's holding qdisc (OPTSW_HOLD) */
 };
 
 /* One buffered packet for the occupancy maximum: occupies the buffer until dep_ns. */
@@ -154,7 +160,7 @@ struct optsw_hook {
 	__u32 len;     /* wire length in bytes used by the model (0: skb->len) */
 	__u32 port;    /* egress: the output port; ingress: the input port */
 	__u32 rand;    /* the "random" number of the per-packet ECMP choice */
-	__u32 pad;
+	__u32 in_port; /* egress: the input port the packet came from (ingress passes it in cb[1]) */
 };
 
 /* Fidelity monitor: lateness = (time a packet is seen at the next node's ingress) -

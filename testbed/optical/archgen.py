@@ -38,11 +38,12 @@ def render(registry: Registry = REGISTRY) -> str:
               "",
               "/* The decision of the architecture of code arch (cfg_node.arch), OPTSW_NOCFG if unknown. */",
               "static __always_inline __u32 optsw_arch_decide(__u32 arch, struct optsw_node_state *st,",
-              "\t\t\t\t\t      const struct optsw_cfg_node *cfg, struct optsw_port_state *ps,",
+              "\t\t\t\t\t      const struct optsw_cfg_node *cfg, const struct optsw_pkt *pkt,",
+              "\t\t\t\t\t      struct optsw_port_state *ps,",
               "\t\t\t\t\t      __u64 a, __u64 tau, __u64 *dep)", "{"]
     for a in archs:
         lines += [f"\tif (arch == {a.code}) /* {a.name} */",
-                  f"\t\treturn optsw_{a.bpf}_decide(st, cfg, ps, a, tau, dep);"]
+                  f"\t\treturn optsw_{a.bpf}_decide(st, cfg, pkt, ps, a, tau, dep);"]
     lines += ["\treturn OPTSW_NOCFG;", "}", "", "#endif /* OTT_OPTSW_ARCHS_H */", ""]
     return "\n".join(lines)
 

@@ -20,13 +20,15 @@ LATE_BUCKETS = 512
 #: bytes of cfg_node.arch_cfg, one architecture's configuration (OPTSW_ARCH_CFG_BYTES)
 ARCH_CFG_BYTES = 64
 #: decision codes (skb->cb[0] after the egress program)
-CUT, BUFFER, DROP, NOCFG = 0, 1, 2, 3
+CUT, BUFFER, DROP, NOCFG, HOLD = 0, 1, 2, 3, 4
 PORT_PEER_HOST = 1
+#: port flag: the peer releases through a holding mechanism (obsburst); see ebpf/optswitch.h
+PORT_PEER_HOLDS = 2
 ROUTE_FLOW_HASH = 1
 
 _PORT_CFG = struct.Struct("<QQII")                      # 24 bytes
 _NODE_CFG_HEAD = struct.Struct("<II")                   # arch, n_ports; then arch_cfg
-_PORT_STATE = struct.Struct("<12Q")                     # 96 bytes
+_PORT_STATE = struct.Struct("<13Q")                     # 104 bytes
 _STATE_HEAD = struct.Struct("<IIQQII")                  # lock, occ_next, max_occ, overflow, sel_bi, sel_bo
 _STATE_MID = struct.Struct("<QQQIIIIII")                # bout_overflow, sel_dep, sel_t, 6 x u32 scratch
 _OCC_SLOT_SIZE = 16
@@ -41,17 +43,25 @@ MONITOR_SIZE = _MONITOR_HEAD.size + 8 * LATE_BUCKETS
 
 PORT_STATE_FIELDS = ("out_free_ns", "cut", "buffered", "dropped", "bytes", "busy_ns",
                      "max_occ_bytes", "last_dep_ns", "last_rx_real_ns", "last_rx_stamp_ns",
-                     "rx", "nocfg")
+                     "rx", "nocfg", "held")
 
 
 @dataclass(frozen=True)
 class PortConfig:
-    """One port: serialisation in ps per byte, propagation in ns, device ifindex, flags."""
+    """One port: serialisation in ps per byte, propagation in ns, device ifindex, flags
+    (``peer_host``: the peer is an end host; ``peer_holds``: the peer releases its packets
+    through a holding mechanism, so their stamps are their arrival at the peer)."""
 
     ps_per_byte: int
     prop_ns: int = 0
     ifindex: int = 0
     peer_host: bool = False
+    peer_holds: bool = False
+
+    @property
+    def flags(self) -> int:
+        """cfg_port.flags (OPTSW_PORT_*)."""
+        return (PORT_PEER_HOST if self.peer_host else 0) | (PORT_PEER_HOLDS if self.peer_holds else 0)
 
 
 def ps_per_byte(rate_bps: float) -> int:
@@ -88,7 +98,7 @@ def node_cfg(arch: int, arch_cfg: bytes, ports: list[PortConfig]) -> bytes:
         raise ValueError(f"{len(ports)} ports; a node has 1..{MAX_PORTS}")
     out = _NODE_CFG_HEAD.pack(arch, len(ports)) + arch_cfg + bytes(ARCH_CFG_BYTES - len(arch_cfg))
     for p in ports:
-        out += _PORT_CFG.pack(p.ps_per_byte, p.prop_ns, p.ifindex, PORT_PEER_HOST if p.peer_host else 0)
+        out += _PORT_CFG.pack(p.ps_per_byte, p.prop_ns, p.ifindex, p.flags)
     out += bytes(_PORT_CFG.size * (MAX_PORTS - len(ports)))
     return out
 
@@ -108,8 +118,10 @@ def route_value(ports: list[int], flow_hash: bool = False) -> bytes:
     return struct.pack(f"<II{MAX_ECMP}H", len(ports), ROUTE_FLOW_HASH if flow_hash else 0, *padded)
 
 
-def hook_value(now_ns: int, length: int, port: int, rand: int) -> bytes:
-    return struct.pack("<QIIII", now_ns, length, port, rand, 0)
+def hook_value(now_ns: int, length: int, port: int, rand: int, in_port: int = 0) -> bytes:
+    """Value of optsw_hook (test mode): time, model length, port, ECMP random number and,
+    for the egress program, the input port the packet came from."""
+    return struct.pack("<QIIII", now_ns, length, port, rand, in_port)
 
 
 def parse_node_state(value: bytes, n_ports: int) -> dict:
