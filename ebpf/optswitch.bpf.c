@@ -169,71 +169,6 @@ static __always_inline __u64 stamped_time(struct __sk_buff *skb)
 	return 0;
 }
 
-SEC("tc")
-int optsw_ingress(struct __sk_buff *skb)
-{
-	struct optsw_hook *h = tb_test_mode ? hook() : NULL;
-	__u64 stamp = tb_test_mode ? 0 : stamped_time(skb);
-	__u64 now = tb_test_mode ? (h ? h->now_ns : 0) : bpf_ktime_get_ns();
-	void *data = (void *)(long)skb->data;
-	void *data_end = (void *)(long)skb->data_end;
-	struct optsw_route_key rk = { .node = tb_node_id };
-	struct optsw_node_state *st;
-	struct optsw_cfg_node *cfg;
-	struct optsw_route *r;
-	struct ethhdr *eth = data;
-	struct iphdr *ip;
-	struct optsw_port_state *in;
-	__u32 node = tb_node_id, idx, out;
-
-	if (stamp && !tb_test_mode)
-		monitor(now, stamp);
-	st = bpf_map_lookup_elem(&optsw_state, &node);
-	in = port_state(st, port_of(skb, h));
-	if (in) {
-		__sync_fetch_and_add(&in->rx, 1);
-		in->last_rx_real_ns = now;
-		in->last_rx_stamp_ns = stamp;
-	}
-	if (!tb_is_switch)
-		return TC_ACT_OK;
-
-	if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP))
-		return TC_ACT_SHOT; /* the optical fabric carries IPv4 only (no ARP, no IPv6) */
-	ip = (void *)(eth + 1);
-	if ((void *)(ip + 1) > data_end)
-		return TC_ACT_SHOT;
-	rk.dst = ip->daddr;
-	r = bpf_map_lookup_elem(&optsw_routes, &rk);
-	cfg = bpf_map_lookup_elem(&optsw_cfg, &node);
-	if (!r || !cfg || r->n == 0) {
-		if (in)
-			__sync_fetch_and_add(&in->nocfg, 1);
-		return TC_ACT_SHOT;
-	}
-	if (r->flags & OPTSW_ROUTE_FLOW_HASH)
-		idx = bpf_get_hash_recalc(skb);
-	else
-		idx = tb_test_mode ? (h ? h->rand : 0) : bpf_get_prandom_u32();
-	idx = r->n ? idx % r->n : 0;
-	if (idx >= OPTSW_MAX_ECMP)
-		return TC_ACT_SHOT;
-	out = r->port[idx];
-	if (out >= OPTSW_MAX_PORTS)
-		return TC_ACT_SHOT;
-	barrier_var(out);
-	out &= OPTSW_MAX_PORTS - 1;
-	skb->cb[0] = out;
-	skb->cb[1] = in ? port_of(skb, h) : NO_PORT; /* the input port, for the decision */
-	/* Carry the arrival time to the egress program as a monotonic delivery time. */
-	if (!stamp) {
-		stamp = now;
-		if (!tb_test_mode)
-			bpf_skb_set_tstamp(skb, stamp, OPTSW_TSTAMP_MONO);
-	}
-	return bpf_redirect(cfg->port[out].ifindex, 0);
-}
-
 static __always_inline __u64 max64(__u64 a, __u64 b)
 {
 	return a > b ? a : b;
@@ -308,6 +243,26 @@ struct optsw_pkt {
 	__u32 pad;
 };
 
+/* A burst control packet read by the ingress program (host byte order). */
+struct optsw_ctrl {
+	__u64 burst_id; /* per obsburst qdisc, from 1 */
+	__u64 bytes;    /* burst length in bytes */
+	__u32 packets;  /* burst length in packets */
+	__u32 in_port;  /* the input port it arrived on (< OPTSW_MAX_PORTS) */
+};
+
+/*
+ * An architecture whose nodes process burst control packets (a control unit: obs-core)
+ * defines OPTSW_CONTROL(<name>) in its header too: called under the node's lock for a
+ * valid control packet c, it returns 1 (it counts what it wants; the program then drops
+ * the frame). archgen.py finds the definition in the header and generates
+ * optsw_arch_control(arch, st, cfg, c), which returns 0 for an architecture without one.
+ */
+#define OPTSW_CONTROL(name)                                                                   \
+	static __always_inline int optsw_##name##_control(struct optsw_node_state *st,          \
+							  const struct optsw_cfg_node *cfg,     \
+							  const struct optsw_ctrl *c)
+
 #define OPTSW_DECIDE(name)                                                                    \
 	static __always_inline __u32 optsw_##name##_decide(struct optsw_node_state *st,         \
 							  const struct optsw_cfg_node *cfg,     \
@@ -315,6 +270,168 @@ struct optsw_pkt {
 							  struct optsw_port_state *ps, __u64 a, \
 							  __u64 tau, __u64 *dep)
 #include "optsw_archs.h"
+
+/* Log-linear bucket of a holding delay in ns: exact below OPTSW_HOLD_SUB, then
+ * OPTSW_HOLD_SUB per power of two, clamped to the last bucket (2^35 ns and more). */
+static __always_inline __u32 hold_bucket(__u64 v)
+{
+	__u32 e = 0;
+	__u64 x = v;
+	__u32 idx;
+
+	if (v < OPTSW_HOLD_SUB)
+		return (__u32)v;
+	if (x >> 32) { e += 32; x >>= 32; }
+	if (x >> 16) { e += 16; x >>= 16; }
+	if (x >> 8) { e += 8; x >>= 8; }
+	if (x >> 4) { e += 4; x >>= 4; }
+	if (x >> 2) { e += 2; x >>= 2; }
+	if (x >> 1) { e += 1; }
+	/* e = floor(log2 v) >= 4 */
+	idx = (e - 3) * OPTSW_HOLD_SUB + (__u32)((v >> (e - 4)) & (OPTSW_HOLD_SUB - 1));
+	return idx < OPTSW_HOLD_BUCKETS ? idx : OPTSW_HOLD_BUCKETS - 1;
+}
+
+/* Record a packet's holding delay now - stamp (ns) into the node's histogram. */
+static __always_inline void hold_record(struct optsw_hold_hist *hh, __u64 now, __u64 stamp)
+{
+	__u64 d = 0;
+	__u32 b;
+
+	if (now >= stamp)
+		d = now - stamp;
+	else
+		__sync_fetch_and_add(&hh->early, 1);
+	b = hold_bucket(d);
+	if (b == OPTSW_HOLD_BUCKETS - 1)
+		__sync_fetch_and_add(&hh->over, 1);
+	b &= OPTSW_HOLD_BUCKETS - 1;
+	__sync_fetch_and_add(&hh->bucket[b], 1);
+	__sync_fetch_and_add(&hh->count, 1);
+	__sync_fetch_and_add(&hh->sum_ns, d);
+	if (d > hh->max_ns)
+		hh->max_ns = d; /* racy maximum, as in monitor() */
+}
+
+/*
+ * A frame of EtherType OPTSW_OBSB_ETH_P (a burst control packet of the obsburst qdisc)
+ * arriving at a switch on input port in_port: a valid one (magic, version, length) goes
+ * to the control unit of the node's architecture (OPTSW_CONTROL, under the node lock);
+ * a node whose architecture has none counts it in ctrl_elsewhere. Always consumed.
+ */
+static __always_inline int control_packet(struct __sk_buff *skb, struct optsw_node_state *st,
+					  const struct optsw_cfg_node *cfg, __u32 in_port)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	__u8 *hdr = data + sizeof(struct ethhdr);
+	struct optsw_ctrl c = { .in_port = in_port };
+	int handled;
+
+	if (!st)
+		return TC_ACT_SHOT;
+	if ((void *)(hdr + OPTSW_OBSB_HDR_LEN) > data_end || !cfg || in_port >= OPTSW_MAX_PORTS ||
+	    bpf_ntohl(*(__be32 *)hdr) != OPTSW_OBSB_MAGIC ||
+	    hdr[OPTSW_OBSB_OFF_VERSION] != OPTSW_OBSB_VERSION) {
+		__sync_fetch_and_add(&st->obs.ctrl_invalid, 1);
+		return TC_ACT_SHOT;
+	}
+	c.burst_id = bpf_be64_to_cpu(*(__be64 *)(hdr + OPTSW_OBSB_OFF_BURST_ID));
+	c.bytes = bpf_be64_to_cpu(*(__be64 *)(hdr + OPTSW_OBSB_OFF_BYTES));
+	c.packets = bpf_ntohl(*(__be32 *)(hdr + OPTSW_OBSB_OFF_PACKETS));
+	bpf_spin_lock(&st->lock);
+	handled = optsw_arch_control(cfg->arch, st, cfg, &c);
+	bpf_spin_unlock(&st->lock);
+	if (!handled)
+		__sync_fetch_and_add(&st->obs.ctrl_elsewhere, 1);
+	return TC_ACT_SHOT; /* the control unit consumes it (or it is not part of the model) */
+}
+
+SEC("tc")
+int optsw_ingress(struct __sk_buff *skb)
+{
+	struct optsw_hook *h = tb_test_mode ? hook() : NULL;
+	/* (volatile: else clang loads through a select of the hook and the ctx pointer,
+	 * which the verifier refuses as a modified ctx pointer) */
+	__u64 stamp = tb_test_mode ? (h ? *(volatile __u64 *)&h->stamp_ns : 0) : stamped_time(skb);
+	__u64 now = tb_test_mode ? (h ? h->now_ns : 0) : bpf_ktime_get_ns();
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct optsw_route_key rk = { .node = tb_node_id };
+	struct optsw_node_state *st;
+	struct optsw_cfg_node *cfg;
+	struct optsw_route *r;
+	struct ethhdr *eth = data;
+	struct iphdr *ip;
+	struct optsw_port_state *in;
+	__u32 node = tb_node_id, idx, out, in_port;
+	int holds = 0;
+
+	st = bpf_map_lookup_elem(&optsw_state, &node);
+	cfg = bpf_map_lookup_elem(&optsw_cfg, &node);
+	in_port = port_of(skb, h);
+	in = port_state(st, in_port);
+	if (in && cfg && in_port < OPTSW_MAX_PORTS)
+		holds = cfg->port[in_port & (OPTSW_MAX_PORTS - 1)].flags & OPTSW_PORT_PEER_HOLDS;
+	if (in) {
+		__sync_fetch_and_add(&in->rx, 1);
+		in->last_rx_real_ns = now;
+		in->last_rx_stamp_ns = stamp;
+	}
+	if ((void *)(eth + 1) <= data_end && eth->h_proto == bpf_htons(OPTSW_OBSB_ETH_P)) {
+		/* A burst control packet: no data packet's stamp, on any node. */
+		if (!tb_is_switch)
+			return TC_ACT_OK;
+		return control_packet(skb, st, cfg, in ? in_port : NO_PORT);
+	}
+	if (stamp && holds) {
+		/* The peer held the packet (obsburst): its stamp is its arrival there, not an
+		 * intended arrival here. Record the holding delay, then treat the packet as
+		 * arriving now (re-stamped below). */
+		hold_record(&st->hold, now, stamp);
+		stamp = 0;
+	} else if (stamp && !tb_test_mode) {
+		monitor(now, stamp);
+	}
+	if (!tb_is_switch)
+		return TC_ACT_OK;
+
+	if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP))
+		return TC_ACT_SHOT; /* the optical fabric carries IPv4 only (no ARP, no IPv6) */
+	ip = (void *)(eth + 1);
+	if ((void *)(ip + 1) > data_end)
+		return TC_ACT_SHOT;
+	rk.dst = ip->daddr;
+	r = bpf_map_lookup_elem(&optsw_routes, &rk);
+	if (!r || !cfg || r->n == 0) {
+		if (in)
+			__sync_fetch_and_add(&in->nocfg, 1);
+		return TC_ACT_SHOT;
+	}
+	if (r->flags & OPTSW_ROUTE_FLOW_HASH)
+		idx = bpf_get_hash_recalc(skb);
+	else
+		idx = tb_test_mode ? (h ? h->rand : 0) : bpf_get_prandom_u32();
+	idx = r->n ? idx % r->n : 0;
+	if (idx >= OPTSW_MAX_ECMP)
+		return TC_ACT_SHOT;
+	out = r->port[idx];
+	if (out >= OPTSW_MAX_PORTS)
+		return TC_ACT_SHOT;
+	barrier_var(out);
+	out &= OPTSW_MAX_PORTS - 1;
+	skb->cb[0] = out;
+	skb->cb[1] = in ? in_port : NO_PORT; /* the input port, for the decision */
+	/* Carry the arrival time to the egress program as a monotonic delivery time. */
+	if (!stamp) {
+		stamp = now;
+		if (tb_test_mode)
+			skb->tstamp = stamp;
+		else
+			bpf_skb_set_tstamp(skb, stamp, OPTSW_TSTAMP_MONO);
+	}
+	return bpf_redirect(cfg->port[out].ifindex, 0);
+}
 
 SEC("tc")
 int optsw_egress(struct __sk_buff *skb)
@@ -362,7 +479,7 @@ int optsw_egress(struct __sk_buff *skb)
 	if (!tb_is_switch)
 		pkt.in_port = NO_PORT;
 	else if (tb_test_mode)
-		pkt.in_port = h ? h->in_port : NO_PORT;
+		pkt.in_port = h ? *(volatile __u32 *)&h->in_port : NO_PORT; /* volatile: see ingress */
 	else
 		pkt.in_port = skb->cb[1]; /* set by optsw_ingress */
 

@@ -33,6 +33,12 @@
  * compare-and-clamp bound when clang compares a zero-extended copy of the index. */
 #define OPTSW_LATE_BUCKETS 512
 #define OPTSW_ROUTES_MAX  65536
+#define OPTSW_OBS_RING    16   /* announced bursts queued per input port (a power of two) */
+/* holding-delay histogram: log-linear, 16 buckets per power of two (exact below 16 ns;
+ * a bucket is 1/16 of its octave wide, <= 6.25 % of its lower bound), up to 2^35 ns
+ * (34.4 s); longer delays go to the last bucket (and to `over`). */
+#define OPTSW_HOLD_SUB    16
+#define OPTSW_HOLD_BUCKETS 512
 
 /* cfg_node.arch: the port architecture of a node. Its code, its decision function
  * (ebpf/arch/<name>.h) and its configuration are entries of the registry
@@ -55,6 +61,18 @@
 #define OPTSW_PORT_PEER_HOLDS 2 /* the peer releases its packets through a holding mechanism
 				 * (obsburst): a packet arriving on this port carries the time it
 				 * reached the peer, not an intended arrival here */
+
+/* The burst control packet of the obsburst qdisc (mirror of kernel/obsburst.h, checked by
+ * tests/unit/test_btf_layout.py): an Ethernet frame of EtherType OPTSW_OBSB_ETH_P whose
+ * payload is struct obsb_ctrl_hdr (48 bytes, big endian); the offsets of the fields read. */
+#define OPTSW_OBSB_ETH_P        0x88B5
+#define OPTSW_OBSB_MAGIC        0x4F425342 /* "OBSB" */
+#define OPTSW_OBSB_VERSION      1
+#define OPTSW_OBSB_HDR_LEN      48
+#define OPTSW_OBSB_OFF_VERSION  4
+#define OPTSW_OBSB_OFF_BURST_ID 8
+#define OPTSW_OBSB_OFF_BYTES    16
+#define OPTSW_OBSB_OFF_PACKETS  24
 
 /* cfg_route.flags */
 #define OPTSW_ROUTE_FLOW_HASH 1 /* per-flow hashing (skb hash) instead of per-packet random */
@@ -131,6 +149,46 @@ struct optsw_bout {
 	__u32 pad;
 };
 
+/* One burst announced by a control packet (obs-core, ebpf/arch/obs_core.h). */
+struct optsw_obs_burst {
+	__u32 left;   /* packets of the burst still to come */
+	__u32 lost;   /* 1: the loss draw lost the burst (all of its packets are dropped) */
+};
+
+/* The bursts announced on one input port and not yet complete, oldest first. */
+struct optsw_obs_ring {
+	__u32 head;   /* index of the oldest, 0..OPTSW_OBS_RING-1 */
+	__u32 n;      /* bursts in the ring, 0..OPTSW_OBS_RING */
+	struct optsw_obs_burst b[OPTSW_OBS_RING];
+};
+
+/* OBS state and counters of a node (obs-core; ctrl_elsewhere on every other switch). */
+struct optsw_obs_state {
+	__u64 announced;      /* valid control packets received (bursts announced) */
+	__u64 bursts_lost;    /* ... of them lost by the draw */
+	__u64 packets_lost;   /* data packets dropped as part of a lost burst */
+	__u64 packets_passed; /* data packets of announced bursts passed */
+	__u64 unannounced;    /* data packets on a port without an announced burst */
+	__u64 ring_overflow;  /* announcements refused: the port's ring was full */
+	__u64 conflicts;      /* burst packets that found their output busy (delayed) */
+	__u64 ctrl_elsewhere; /* control packets dropped at a node that is not a core */
+	__u64 ctrl_invalid;   /* control frames with a bad magic, version or length */
+	__u64 empty_bursts;   /* control packets announcing 0 packets (counted, not queued) */
+	struct optsw_obs_ring ring[OPTSW_MAX_PORTS]; /* per input port */
+};
+
+/* Holding delay: (arrival here) - (stamp) of the packets arriving on a port whose peer
+ * holds (OPTSW_PORT_PEER_HOLDS), i.e. the time from their arrival at the holding node to
+ * their arrival here; buckets as optsw_hold_bucket (OPTSW_HOLD_SUB per power of two). */
+struct optsw_hold_hist {
+	__u64 count;
+	__u64 early;      /* arrived before their stamp (counted in bucket 0) */
+	__u64 max_ns;
+	__u64 sum_ns;
+	__u64 over;       /* longer than the last bucket's lower bound (counted in it) */
+	__u64 bucket[OPTSW_HOLD_BUCKETS];
+};
+
 struct optsw_node_state {
 	struct bpf_spin_lock lock;
 	__u32 occ_next;        /* next occupancy slot (round-robin) */
@@ -152,6 +210,8 @@ struct optsw_node_state {
 	struct optsw_port_state port[OPTSW_MAX_PORTS];
 	struct optsw_occ_slot occ[OPTSW_OCC_SLOTS];
 	struct optsw_bout bout[OPTSW_MAX_NE];
+	struct optsw_obs_state obs;       /* ebpf/arch/obs_core.h; ctrl_* of every switch */
+	struct optsw_hold_hist hold;      /* ingress on OPTSW_PORT_PEER_HOLDS ports */
 };
 
 /* Test hook (BPF_PROG_TEST_RUN only, when rodata tb_test_mode = 1). */
@@ -161,6 +221,7 @@ struct optsw_hook {
 	__u32 port;    /* egress: the output port; ingress: the input port */
 	__u32 rand;    /* the "random" number of the per-packet ECMP choice */
 	__u32 in_port; /* egress: the input port the packet came from (ingress passes it in cb[1]) */
+	__u64 stamp_ns; /* ingress: the packet's monotonic stamp (0: none) */
 };
 
 /* Fidelity monitor: lateness = (time a packet is seen at the next node's ingress) -

@@ -17,6 +17,11 @@ MAX_ECMP = 16
 OCC_SLOTS = 256
 BOUT_RES = 16
 LATE_BUCKETS = 512
+#: announced bursts queued per input port of an obs-core node (OPTSW_OBS_RING)
+OBS_RING = 16
+#: holding-delay histogram: buckets per power of two and buckets (OPTSW_HOLD_SUB / _BUCKETS)
+HOLD_SUB = 16
+HOLD_BUCKETS = 512
 #: bytes of cfg_node.arch_cfg, one architecture's configuration (OPTSW_ARCH_CFG_BYTES)
 ARCH_CFG_BYTES = 64
 #: decision codes (skb->cb[0] after the egress program)
@@ -33,10 +38,19 @@ _STATE_HEAD = struct.Struct("<IIQQII")                  # lock, occ_next, max_oc
 _STATE_MID = struct.Struct("<QQQIIIIII")                # bout_overflow, sel_dep, sel_t, 6 x u32 scratch
 _OCC_SLOT_SIZE = 16
 _BOUT_SIZE = 16 * BOUT_RES + 8                          # start_ns[], end_ns[], n, pad
+#: counters of struct optsw_obs_state, in order (then its per-input-port rings)
+OBS_FIELDS = ("announced", "bursts_lost", "packets_lost", "packets_passed", "unannounced", "ring_overflow",
+              "conflicts", "ctrl_elsewhere", "ctrl_invalid", "empty_bursts")
+_OBS_RING_SIZE = 8 + 8 * OBS_RING                       # head, n, {left, lost}[]
+_OBS_SIZE = 8 * len(OBS_FIELDS) + _OBS_RING_SIZE * MAX_PORTS
+_HOLD_HEAD = struct.Struct("<5Q")                       # count, early, max_ns, sum_ns, over
 #: byte offset of port[0] in an optsw_node_state value
 STATE_PORTS_OFFSET = _STATE_HEAD.size + 8 * MAX_NE + _STATE_MID.size
+#: byte offsets of obs (struct optsw_obs_state) and hold (struct optsw_hold_hist)
+STATE_OBS_OFFSET = STATE_PORTS_OFFSET + _PORT_STATE.size * MAX_PORTS + _OCC_SLOT_SIZE * OCC_SLOTS + _BOUT_SIZE * MAX_NE
+STATE_HOLD_OFFSET = STATE_OBS_OFFSET + _OBS_SIZE
 #: bytes of one optsw_node_state value (struct optsw_node_state in ebpf/optswitch.h)
-STATE_SIZE = STATE_PORTS_OFFSET + _PORT_STATE.size * MAX_PORTS + _OCC_SLOT_SIZE * OCC_SLOTS + _BOUT_SIZE * MAX_NE
+STATE_SIZE = STATE_HOLD_OFFSET + _HOLD_HEAD.size + 8 * HOLD_BUCKETS
 _MONITOR_HEAD = struct.Struct("<4Q")
 #: bytes of one optsw_monitor value (struct optsw_monitor in ebpf/optswitch.h)
 MONITOR_SIZE = _MONITOR_HEAD.size + 8 * LATE_BUCKETS
@@ -118,10 +132,11 @@ def route_value(ports: list[int], flow_hash: bool = False) -> bytes:
     return struct.pack(f"<II{MAX_ECMP}H", len(ports), ROUTE_FLOW_HASH if flow_hash else 0, *padded)
 
 
-def hook_value(now_ns: int, length: int, port: int, rand: int, in_port: int = 0) -> bytes:
-    """Value of optsw_hook (test mode): time, model length, port, ECMP random number and,
-    for the egress program, the input port the packet came from."""
-    return struct.pack("<QIIII", now_ns, length, port, rand, in_port)
+def hook_value(now_ns: int, length: int, port: int, rand: int, in_port: int = 0, stamp_ns: int = 0) -> bytes:
+    """Value of optsw_hook (test mode): time, model length, port, ECMP random number,
+    for the egress program the input port the packet came from, for the ingress program
+    the packet's monotonic stamp (0: none)."""
+    return struct.pack("<QIIIIQ", now_ns, length, port, rand, in_port, stamp_ns)
 
 
 def parse_node_state(value: bytes, n_ports: int) -> dict:
@@ -136,6 +151,54 @@ def parse_node_state(value: bytes, n_ports: int) -> dict:
         vals = _PORT_STATE.unpack_from(value, off + p * _PORT_STATE.size)
         ports.append(dict(zip(PORT_STATE_FIELDS, vals)))
     return {"max_occ_bytes": max_occ, "occ_overflow": overflow, "bout_overflow": bout_overflow, "ports": ports}
+
+
+def parse_obs_state(value: bytes) -> dict:
+    """Decode the obs part of an optsw_state value (struct optsw_obs_state): the counters
+    of :data:`OBS_FIELDS` and ``rings``, per input port the announced bursts still in its
+    ring, oldest first, as (packets left, lost)."""
+    off = STATE_OBS_OFFSET
+    out: dict = dict(zip(OBS_FIELDS, struct.unpack_from(f"<{len(OBS_FIELDS)}Q", value, off)))
+    rings = []
+    off += 8 * len(OBS_FIELDS)
+    for p in range(MAX_PORTS):
+        head, n = struct.unpack_from("<II", value, off + p * _OBS_RING_SIZE)
+        slots = struct.unpack_from(f"<{2 * OBS_RING}I", value, off + p * _OBS_RING_SIZE + 8)
+        rings.append([(slots[2 * ((head + i) % OBS_RING)], slots[2 * ((head + i) % OBS_RING) + 1])
+                      for i in range(min(n, OBS_RING))])
+    out["rings"] = rings
+    return out
+
+
+def parse_hold_hist(value: bytes) -> dict:
+    """Decode the holding-delay histogram of an optsw_state value (struct optsw_hold_hist):
+    count, early, max_ns, sum_ns, over and the bucket counts (see :func:`hold_bucket`)."""
+    count, early, max_ns, sum_ns, over = _HOLD_HEAD.unpack_from(value, STATE_HOLD_OFFSET)
+    buckets = list(struct.unpack_from(f"<{HOLD_BUCKETS}Q", value, STATE_HOLD_OFFSET + _HOLD_HEAD.size))
+    return {"count": count, "early": early, "max_ns": max_ns, "sum_ns": sum_ns, "over": over, "buckets": buckets}
+
+
+def hold_bucket(v: int) -> int:
+    """Holding-delay bucket of ``v`` ns (mirror of hold_bucket in the BPF code): exact
+    below :data:`HOLD_SUB` ns, then :data:`HOLD_SUB` buckets per power of two, the last
+    bucket (from 2^35 ns = 34.4 s) taking every longer delay."""
+    if v < HOLD_SUB:
+        return v
+    e = v.bit_length() - 1
+    return min((e - 3) * HOLD_SUB + ((v >> (e - 4)) & (HOLD_SUB - 1)), HOLD_BUCKETS - 1)
+
+
+def hold_bucket_bounds(idx: int) -> tuple[int, int]:
+    """[lo, hi) in ns of holding-delay bucket ``idx``; the last bucket's hi is 2^64.
+    Raises ValueError for an index outside 0..HOLD_BUCKETS-1."""
+    if not 0 <= idx < HOLD_BUCKETS:
+        raise ValueError(f"bucket {idx} outside 0..{HOLD_BUCKETS - 1}")
+    if idx < HOLD_SUB:
+        return idx, idx + 1
+    e, sub = idx // HOLD_SUB + 3, idx % HOLD_SUB
+    lo = (HOLD_SUB + sub) << (e - 4)
+    hi = 2**64 if idx == HOLD_BUCKETS - 1 else (HOLD_SUB + sub + 1) << (e - 4)
+    return lo, hi
 
 
 def parse_monitor(value: bytes) -> dict:

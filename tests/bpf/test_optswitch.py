@@ -99,17 +99,30 @@ def test_decisions_and_departures_equal_reference(pin_dir, model, n_e, seed):
 
 
 def _registry_assignments() -> list:
-    """Every architecture of the registry with each parameter at its lowest value and at
-    (up to) 4: a new architecture is run here without editing this file."""
+    """Every architecture of the registry that has a per-packet reference model, with each
+    parameter at its lowest value and at (up to) 4: a new architecture is run here without
+    editing this file. Those without one (their reference is an oracle module) have their
+    own tests (see the next test)."""
     from testbed.optical.architectures import REGISTRY
 
     out = []
     for a in REGISTRY:
+        if a.reference is None:
+            continue
         for pick in (lambda p: p.lo, lambda p: min(max(p.lo, 4), p.bounds(4)[1])):
             spec = REGISTRY.assignment(a.name, {p.name: pick(p) for p in a.params})
             if spec not in out:
                 out.append(spec)
     return out
+
+
+def test_architectures_without_a_per_packet_model_are_the_ones_with_their_own_bpf_tests():
+    """obs-edge (holding: its timing is the obsburst qdisc's) and obs-core (its decisions
+    depend on control packets) are checked against their oracles in tests/bpf/test_obs.py;
+    another architecture without a per-packet reference needs a BPF test of its own."""
+    from testbed.optical.architectures import REGISTRY
+
+    assert sorted(a.name for a in REGISTRY if a.reference is None) == ["obs-core", "obs-edge"]
 
 
 @pytest.mark.root
