@@ -31,6 +31,7 @@ the paper's numbers beside ours; per-point files that are missing; the findings
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable
 from pathlib import Path
@@ -45,7 +46,8 @@ from scipy import special  # noqa: E402
 
 from analysis import findings  # noqa: E402
 from analysis.e2_findings import (FAST, FAST_WM, MAIN_PL, SLOW, SLOW_BEST_WM, evaluate, pl_text, pls,  # noqa: E402
-                                  rows, rto_fraction, same_pl, wms)
+                                  rows, rto_fraction, same_pl, scale_of, wms)
+from analysis.report import SOURCES  # noqa: E402
 from analysis.stats import mean_ci  # noqa: E402
 
 CLASS_ORDER = (SLOW, FAST)
@@ -96,14 +98,30 @@ def _scale(row: pd.Series) -> float:
         return float(row.get("scale", 1.0))
 
 
+def _source_folders(results: Path) -> dict[str, Path]:
+    """A combined report's source runs by folder name (``analysis.report.combine``'s
+    sources.json; the summary's ``run`` column names them); {} for a run's own folder."""
+    path = results / SOURCES
+    if not path.exists():
+        return {}
+    try:
+        return {Path(src["folder"]).name: Path(src["folder"]) for src in json.loads(path.read_text())}
+    except (ValueError, KeyError, TypeError):
+        return {}
+
+
 def load_point_files(results: Path, summary: pd.DataFrame) -> tuple[dict[str, pd.DataFrame], pd.DataFrame]:
     """Every run's per-point files, concatenated per file name with the run's point,
-    path_class, wm, pl, rep and scale; and a table of the files that are missing or
-    unreadable (point, file, why, consequence). Never raises for a missing file."""
+    path_class, wm, pl, rep, scale and ``run_key`` (its folder, unique per run); and a
+    table of the files that are missing or unreadable (point, file, why, consequence).
+    A combined report (``report.combine``) reads each run's files in its source folder.
+    Never raises for a missing file."""
     parts: dict[str, list[pd.DataFrame]] = {name: [] for name in POINT_FILES}
     missing = []
+    sources = _source_folders(results)
     for _, row in summary.iterrows():
-        folder = results / "points" / str(row["point"])
+        base = sources.get(str(row.get("run", "")), results)
+        folder = base / "points" / str(row["point"])
         for name, consequence in POINT_FILES.items():
             path = folder / name
             why = ""
@@ -122,10 +140,10 @@ def load_point_files(results: Path, summary: pd.DataFrame) -> tuple[dict[str, pd
                     else:
                         parts[name].append(frame.assign(point=row["point"], path_class=row["path_class"],
                                                         wm=int(row["wm"]), pl=float(row["pl"]), rep=row["rep"],
-                                                        scale=_scale(row)))
+                                                        scale=_scale(row), run_key=str(folder)))
             if why:
                 missing.append({"point": row["point"], "path_class": row["path_class"], "wm": row["wm"],
-                                "pl": row["pl"], "rep": row["rep"], "file": str(path.relative_to(results)),
+                                "pl": row["pl"], "rep": row["rep"], "file": str(path.relative_to(base)),
                                 "why": why, "consequence": consequence})
     files = {n: pd.concat(p, ignore_index=True) if p else pd.DataFrame() for n, p in parts.items()}
     cols = ["point", "path_class", "wm", "pl", "rep", "file", "why", "consequence"]
@@ -154,8 +172,7 @@ def _save(fig: plt.Figure, path: Path) -> Path:
 
 def scale_text(summary: pd.DataFrame) -> str:
     """The run's scale (n_paper / n_sources) per class: ``slow 20, fast 80``."""
-    return ", ".join(f"{cls} " + "/".join(sorted({f"{_scale(r):g}" for _, r in rows(summary, cls).iterrows()}))
-                     for cls in _classes(summary)) or "?"
+    return ", ".join(f"{cls} {scale_of(rows(summary, cls))}" for cls in _classes(summary)) or "?"
 
 
 def _points(s: pd.DataFrame) -> list[tuple[str, int, float, pd.DataFrame]]:
@@ -188,32 +205,35 @@ def fig3(series: pd.DataFrame, summary: pd.DataFrame, out: Path) -> list[Path]:
     for pl in chosen:
         fig, axes = plt.subplots(1, len(classes), figsize=(6 * len(classes), 4.2), squeeze=False)
         for ax, cls in zip(axes.flat, classes):
-            drawn = False
+            drawn, top = False, 0.0
             for i, wm in enumerate(wms(rows(summary, cls, pl=pl))):
                 runs = rows(series, cls, wm, pl)
-                curves = [average_throughput(g, float(g["scale"].iloc[0])) for _, g in runs.groupby("rep")]
+                curves = [average_throughput(g, float(g["scale"].iloc[0])) for _, g in runs.groupby("run_key")]
                 if not curves:
                     continue
                 table = pd.concat(curves, axis=1)
                 stats = [_ci(table.loc[t]) for t in table.index]
                 mean = np.array([x[0] for x in stats]) * 1e-9
-                ax.plot(table.index, mean, color=f"C{i}", label=f"Wm = {wm} ({len(curves)} runs)")
+                (line,) = ax.plot(table.index, mean, color=f"C{i}", label=f"Wm = {wm} ({len(curves)} runs)")
                 lo, hi = np.array([x[1] for x in stats]) * 1e-9, np.array([x[2] for x in stats]) * 1e-9
                 if np.isfinite(lo).any():
                     ax.fill_between(table.index, lo, hi, color=f"C{i}", alpha=0.2, lw=0)
                 ideal = rows(summary, cls, wm, pl)["ideal_bps"].mean() * 1e-9
                 ax.axhline(ideal, color=f"C{i}", ls="--", lw=0.8)
+                line.set_label(f"{line.get_label()}, ideal {ideal:.3g} Gb/s")
+                top = max(top, np.nanmax(np.where(np.isfinite(hi), hi, mean)))
                 drawn = True
             if not drawn:
                 ax.text(0.5, 0.5, f"not measured: no {cls} throughput series at Pl {pl_text(pl)}",
                         ha="center", va="center", transform=ax.transAxes, fontsize=8)
             ax.set(xlabel="time since traffic start [s, paper]", ylabel="aggregate average throughput [Gb/s]",
-                   title=f"{cls} connections, Pl = {pl_text(pl)}", ylim=(0, None))
+                   title=f"{cls} connections, Pl = {pl_text(pl)}")
+            ax.set_ylim(0, top * 1.3 if top > 0 else None)   # an ideal far above the curves is in the legend
             ax.grid(True, alpha=0.3)
             if drawn:
                 ax.legend(fontsize=8)
         fig.suptitle("Fig. 3: aggregate average throughput vs time (mean, 95 % band over runs; "
-                     "dashed: ideal MSS x Wm x N / RTT)", fontsize=9)
+                     "dashed: ideal MSS x Wm x N / RTT, when within the axis)", fontsize=9)
         figs.append(_save(fig, out / f"fig3_pl{pl_text(pl)}.png"))
     return figs
 
@@ -290,8 +310,9 @@ def cwnd_figures(cwnd: pd.DataFrame, summary: pd.DataFrame, out: Path) -> tuple[
             index.append({"paper figure": label, "path_class": cls, "wm": wm, "pl": pl, "run": "",
                           "figure": "", "note": f"no cwnd.csv in its {len(runs)} runs"})
             continue
-        rep = sorted(trace["rep"].unique())[0]
-        t = trace[trace["rep"] == rep].sort_values("t_s")
+        first = trace.sort_values(["rep", "run_key"]).iloc[0]       # the lowest repetition's run
+        rep = first["rep"]
+        t = trace[trace["run_key"] == first["run_key"]].sort_values("t_s")
         point = t["point"].iloc[0]
         fig, ax = plt.subplots(figsize=(7, 3.8))
         ax.step(t["t_s"], t["cwnd"], where="post", lw=0.9, label=f"cwnd (src {t['src'].iloc[0]})")
@@ -304,7 +325,7 @@ def cwnd_figures(cwnd: pd.DataFrame, summary: pd.DataFrame, out: Path) -> tuple[
                 ax.plot(e["t_s"], e["cwnd"], mark, color=colour, ms=6,
                         label=f"{event} ({len(e)})" if event == "rto" else f"retransmission ({len(e)})")
         ax.axhline(wm, color="k", lw=0.6, ls="--", label=f"Wm = {wm}")
-        ax.set(xlabel="time since traffic start [s, paper]", ylabel="cwnd [segments]", ylim=(0, wm * 1.1),
+        ax.set(xlabel="time since traffic start [s, paper]", ylabel="cwnd [segments]", ylim=(0, max(wm, float(t["cwnd"].max())) * 1.1),
                title=f"{label}: cwnd of one source, {cls}, Wm = {wm}, Pl = {pl_text(pl)} ({point}, rep {rep})")
         ax.title.set_fontsize(9)
         ax.grid(True, alpha=0.3)
@@ -547,7 +568,7 @@ def analyse(summary: pd.DataFrame, config: dict, out: Path) -> tuple[list[Path],
     if not missing.empty:
         tables.append((f"Per-point files missing or unreadable ({len(missing)}): their figures lack these runs",
                        missing))
-    found = evaluate(summary, scale)
+    found = evaluate(summary)
     table = findings.write(found, out, preamble=f"E2, scale {scale} (n_paper / n_sources per path class). Rule "
                                                 f"and margins: docs/e2.md, section Findings.")
     tables.append((f"{findings.TITLE}, scale {scale}", table))

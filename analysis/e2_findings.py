@@ -131,20 +131,29 @@ def _side(g: pd.DataFrame) -> str:
 
 # ---- the findings ----------------------------------------------------------------------
 
-def evaluate(s: pd.DataFrame, scale: str = "") -> list[Finding]:
-    """Every E2 finding on the summary ``s`` (see the module docstring); ``scale`` (the
-    run's n_paper / n_sources, as text) goes into the ``where`` column.
+def evaluate(s: pd.DataFrame) -> list[Finding]:
+    """Every E2 finding on the summary ``s`` (see the module docstring); the ``where``
+    column carries each class's scale (n_paper / n_sources, :func:`scale_of`).
 
     Raises KeyError when ``s`` lacks ``path_class``, ``wm`` or ``pl``."""
-    suffix = f", scale {scale}" if scale else ""
-    out = [_detection("F1a", s, SLOW, suffix), _segments(s, suffix)]
-    slow_pls = pls(rows(s, SLOW))
-    out += [_f2(s, pl, suffix) for pl in _with_main(slow_pls)]
-    out.append(_detection("F3a", s, FAST, suffix))
+    slow, fast = f", scale {scale_of(rows(s, SLOW))}", f", scale {scale_of(rows(s, FAST))}"
+    both = f", scale fast {scale_of(rows(s, FAST))}, slow {scale_of(rows(s, SLOW))}"
+    out = [_detection("F1a", s, SLOW, slow), _segments(s, slow)]
+    out += [_f2(s, pl, slow) for pl in _with_main(pls(rows(s, SLOW)))]
+    out.append(_detection("F3a", s, FAST, fast))
     fast_pls = [p for p in pls(rows(s, FAST)) if p >= MAIN_PL or same_pl(p, MAIN_PL)]
-    out += [_f3b(s, pl, suffix) for pl in _with_main(fast_pls)]
-    out += [_f3c(s, suffix), _f4a(s, suffix), _f4b(s, suffix)]
+    out += [_f3b(s, pl, fast) for pl in _with_main(fast_pls)]
+    out += [_f3c(s, fast), _f4a(s, both), _f4b(s, both)]
     return out
+
+
+def scale_of(g: pd.DataFrame) -> str:
+    """The scale n_paper / n_sources of the runs ``g`` (``20``; ``10/20`` when mixed,
+    ``?`` without them or the columns)."""
+    if g.empty or not {"n_paper", "n_sources"} <= set(g.columns):
+        return "?"
+    ratio = pd.to_numeric(g["n_paper"], errors="coerce") / pd.to_numeric(g["n_sources"], errors="coerce")
+    return "/".join(f"{v:g}" for v in sorted(set(ratio.dropna()))) or "?"
 
 
 def _with_main(values: Iterable[float]) -> list[float]:
@@ -196,7 +205,7 @@ def _segments(s: pd.DataFrame, suffix: str) -> Finding:
         return not_measured(id, claim, needed + " (column missing)", paper=paper)
     parts = [against(id, claim, ("segments per source per burst", g["segments_per_source_per_burst"]),
                      low=MANY_SEGMENTS, paper=paper, where=_where(SLOW, w, p) + suffix,
-                     margin_note=f"3 duplicate ACKs x {MANY_SEGMENTS / 3:.3g}")
+                     margin_note="over 3 x the duplicate-ACK threshold of 3")
              for w, p in _points(s, SLOW) for g in [rows(s, SLOW, w, p)]]
     return all_of(id, claim, parts, needed, paper=paper)
 

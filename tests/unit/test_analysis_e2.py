@@ -3,6 +3,7 @@ and the per-point files of the E2 contract written into tmp_path)."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -291,3 +292,26 @@ def test_the_columns_read_are_the_families():
     declared = {m.name for m in cls.metrics} | {p.name for p in cls.params} | {"point", "rep", "seed"}
     assert set(e2.COLUMNS_READ) <= declared, set(e2.COLUMNS_READ) - declared
     assert set(summary_of(PAPER_LIKE).columns) >= set(e2.COLUMNS_READ)
+
+
+def test_a_combined_report_reads_each_runs_own_point_files(tmp_path):
+    """report.combine's folder has no points/: each row's ``run`` names its source folder
+    (sources.json), where its files are; the same point id in two runs stays two runs."""
+    slow = summary_of({("slow", 512, 1e-3): 2.0})
+    fast = summary_of({("fast", 64, 1e-3): 2.2})                 # the same point ids p0000..p0002
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    write_results(tmp_path / "a", slow)
+    write_results(tmp_path / "b", fast)
+    combined = tmp_path / "combined"
+    (combined / "report").mkdir(parents=True)
+    (tmp_path / "b" / "results").rename(tmp_path / "b" / "results-b")
+    (combined / "sources.json").write_text(json.dumps(
+        [{"folder": str(tmp_path / "a" / "results")}, {"folder": str(tmp_path / "b" / "results-b")}]))
+    s = pd.concat([slow.assign(run="results"), fast.assign(run="results-b")], ignore_index=True)
+    files, missing = e2.load_point_files(combined, s)
+    assert missing.empty
+    series = files["throughput_series.csv"]
+    assert series["run_key"].nunique() == 6 and set(series["path_class"]) == {"slow", "fast"}
+    figs, _ = e2.analyse(s, {}, combined / "report")
+    assert {"cwnd_slow_wm512_pl1e-3.png", "cwnd_fast_wm64_pl1e-3.png", "fig3_pl1e-3.png"} <= {p.name for p in figs}
