@@ -26,7 +26,7 @@ from testbed.ledger import Ledger
 from testbed.nsops import netns_exists
 from testbed.names import check_ifname, check_node_name
 from testbed.optical import architectures
-from testbed.optical.fabric import OpticalFabric
+from testbed.optical.fabric import OpticalFabric, link_options
 
 if TYPE_CHECKING:
     from testbed.traffic.control import AgentProcess
@@ -202,9 +202,11 @@ class OpticalSwitch(Switch):
     "electronic" (or an Assignment; the older ``model`` with ``n_e`` is read too;
     default hybrid with n_e = 1), ``role`` "core" (default) or "edge", ``rate_bps``
     port rate (default 10 Gbit/s), ``tdf`` time dilation D (default 1), ``flow_hash``
-    per-flow instead of per-packet ECMP. Any number of ports (1..32). Link option
-    ``length_m`` (default 10 m) sets each link's propagation delay. Raises
-    DefinitionError (naming ``<name>.<param>``) for a bad value.
+    per-flow instead of per-packet ECMP. Any number of ports (1..32). Link options
+    ``length_m`` (default 10 m, 0 allowed) set each link's propagation delay and
+    ``rate_bps`` (paper bit/s) its rate in both directions instead of the switch's
+    (e.g. a source's access link). Raises DefinitionError (naming ``<name>.<param>``,
+    or ``link <a>-<b>.<option>``) for a bad value.
     """
 
     cls_name = "optical"
@@ -213,7 +215,8 @@ class OpticalSwitch(Switch):
     def features(cls, info: dict[str, Any]) -> set[Feature]:
         """eBPF forwarding and port model on clsact with BTF maps, and what the kernel
         mechanism of the switch's architecture needs (fq for every architecture decided
-        at arrival). Raises DefinitionError for a bad architecture."""
+        at arrival; obs-edge's obsburst also modules). Raises DefinitionError for a bad
+        architecture."""
         role = info.get("role", architectures.DEFAULT_SWITCH_ROLE)
         assignment = architectures.switch_assignment(info, role=str(role), key="switch")
         return {Feature.CLSACT_BPF, Feature.BTF, *assignment.mechanism.features}
@@ -290,6 +293,14 @@ class Emulation:
             if cls_name not in SWITCH_CLASSES:
                 raise EmulationError(f"switch {name}: class {cls_name!r} not in {sorted(SWITCH_CLASSES)}")
             self.nodes[name] = SWITCH_CLASSES[cls_name](self, name, **opts)
+        optical = [n for n in self.nodes.values() if isinstance(n, OpticalSwitch)]
+        for a, b, info in self.topo.links(sort=True, withKeys=False, withInfo=True):
+            if any(isinstance(self.nodes[x], OpticalSwitch) for x in (a, b)):
+                link_options(info, f"link {'-'.join(sorted((a, b)))}")  # checked before anything exists
+        # a kernel module a mechanism needs is loaded (and ledgered) before the
+        # namespaces, so that teardown removes it after them (their qdiscs hold it)
+        for mech in dict.fromkeys(n.assignment.mechanism for n in optical):
+            mech.prepare(self.ledger)
         self.create_namespaces([n.netns for n in self.nodes.values()
                                 if not getattr(n, "in_root_namespace", False)])
         for node in self.nodes.values():
@@ -348,11 +359,16 @@ class Emulation:
 
     def teardown(self) -> None:
         agent, self._traffic_agent = self._traffic_agent, None
+        errors: list[str] = []
         try:
             if agent is not None:
                 agent.close()  # first: its sockets hold the namespaces
         finally:
-            errors = self.ledger.teardown(since=self._first_seq, archive=False)
+            if self.optical is not None:
+                # holding qdiscs (obsburst) off first: a namespace destroyed later,
+                # asynchronously, would still hold their module when the ledger reaches it
+                errors += self.optical.release()
+            errors += self.ledger.teardown(since=self._first_seq, archive=False)
         if errors:
             raise EmulationError("teardown incomplete (run `testbed clean`):\n  " + "\n  ".join(errors))
 

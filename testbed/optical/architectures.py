@@ -7,8 +7,12 @@ packet for one of its outputs. One :class:`Architecture` entry each, holding
   ``cfg_node.arch_cfg``, laid out as ``struct optsw_<bpf>_cfg``: the parameters in
   order, each of its C type, naturally aligned),
 * its reference model (``reference``: a :class:`testbed.optical.model.PortModel`
-  subclass; ``testbed/optical/eventsim.py`` is the independent oracle of the paper's
-  switches),
+  subclass deciding packet by packet as the BPF program does;
+  ``testbed/optical/eventsim.py`` is the independent oracle of the paper's switches).
+  An architecture whose behaviour is not a per-packet decision (E2's ``obs-edge``
+  holds packets in a burst assembler; ``obs-core`` drops whole bursts announced by
+  control packets) has ``reference = None`` and names its reference in ``oracle``
+  (a module: ``testbed.optical.burst``, ``testbed.optical.burstloss``),
 * its BPF code identifier: ``bpf``, the header ``ebpf/arch/<bpf>.h`` defining
   ``optsw_<bpf>_decide``, and ``code``, the value of ``cfg_node.arch``. This registry
   is the one source of the codes: ``testbed/optical/archgen.py`` generates the BPF
@@ -16,7 +20,10 @@ packet for one of its outputs. One :class:`Architecture` entry each, holding
 * the ``roles`` a node with it may have (``host``, ``edge``, ``core``),
 * its ``realisation`` (``testbed/optical/mechanisms.py``): ``edt`` (decided at arrival,
   stamped, released by fq) or ``holding`` (released by a mechanism that can wait for
-  later events; none exists yet, so choosing one fails naming what is missing).
+  later events: ``obs-edge``'s obsburst qdisc; a holding realisation whose mechanism
+  does not exist yet fails naming what is missing), and ``mechanism_options``: what
+  that mechanism needs, from the parameter values and the node
+  (:class:`~testbed.optical.mechanisms.NodeContext`: D, port rates, host ports).
 
 A node gets an :class:`Assignment`: an architecture and its parameter values.
 
@@ -32,9 +39,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from testbed.errors import DefinitionError
-from testbed.optical import model
+from testbed.optical import model, obsburst
+from testbed.optical.burst import ClassParams
 from testbed.optical.layout import ARCH_CFG_BYTES, MAX_NE, PortConfig
-from testbed.optical.mechanisms import EDT_FQ, Mechanism, Realisation
+from testbed.optical.mechanisms import EDT_FQ, Mechanism, NodeContext, Realisation
 
 #: roles of a node in the fabric: an end host (its own packets), a switch at the edge of
 #: the optical core (next to hosts: burst assembly, large electronic buffers), a switch
@@ -93,21 +101,28 @@ class ArchParam:
 @dataclass(frozen=True)
 class Architecture:
     """One port architecture (see the module docstring). ``reference(ports, **values)``
-    builds its reference model."""
+    builds its per-packet reference model; None when its behaviour is not a per-packet
+    decision, and then ``oracle`` names the module that is its reference."""
 
     name: str
     code: int
     bpf: str
     doc: str
-    reference: Callable[..., model.PortModel]
+    reference: Callable[..., model.PortModel] | None
     params: tuple[ArchParam, ...] = ()
     roles: tuple[str, ...] = SWITCH_ROLES
     realisation: Realisation = EDT_FQ
-    #: the options its realisation's mechanism needs from an assignment's parameter
-    #: values (e.g. an obsburst qdisc's per-class Tmax/Lmax), None for none
-    mechanism_options: Callable[..., object] | None = None
+    #: the options its realisation's mechanism needs: ``hook(context, values, key)``
+    #: with the node's NodeContext, the assignment's parameter values and the key that
+    #: errors name (e.g. obs-edge's ObsBurstConfig in emulation units); None for none
+    mechanism_options: Callable[[NodeContext, Mapping[str, int], str], object] | None = None
+    #: the reference of an architecture without a per-packet model (a module name)
+    oracle: str = ""
 
     def __post_init__(self) -> None:
+        if self.reference is None and not self.oracle:
+            raise ValueError(f"architecture {self.name}: without a per-packet reference model it must name "
+                             "its oracle")
         if not self.bpf.isidentifier():
             raise ValueError(f"architecture {self.name}: bpf {self.bpf!r} is not a C identifier")
         if not 0 <= self.code < 2**32:
@@ -173,18 +188,25 @@ class Assignment:
         not exist yet)."""
         return self.arch.realisation.require(self.arch.name, "arch", self.spec)
 
-    def options(self) -> object:
-        """What the mechanism of this assignment's realisation needs to be installed
-        (the architecture's ``mechanism_options`` of its values; None for most)."""
+    def options(self, context: NodeContext, *, key: str = "arch") -> object:
+        """What the mechanism of this assignment's realisation needs to be installed on
+        a node described by ``context`` (the architecture's ``mechanism_options``; None
+        for most). Raises DefinitionError naming ``key`` when the values do not fit
+        the node (e.g. a dilated Tmax out of the qdisc's range)."""
         hook = self.arch.mechanism_options
-        return hook(**self.params) if hook is not None else None
+        return hook(context, self.params, key) if hook is not None else None
 
     def packed(self) -> bytes:
         """The bytes of ``cfg_node.arch_cfg`` (zero-padded by the map writer)."""
         return self.arch.pack(self.params)
 
     def reference(self, ports: list[PortConfig]) -> model.PortModel:
-        """A fresh reference model of a node with ``ports`` under this assignment."""
+        """A fresh per-packet reference model of a node with ``ports`` under this
+        assignment. Raises TypeError for an architecture that has none (its
+        ``oracle`` is the reference)."""
+        if self.arch.reference is None:
+            raise TypeError(f"architecture {self.arch.name!r} has no per-packet reference model; "
+                            f"its reference is {self.arch.oracle}")
         return self.arch.reference(ports, **self.params)
 
     def check(self, *, ports: int | None = None, role: str | None = None, key: str = "arch") -> None:
@@ -282,8 +304,66 @@ HYBRID = Architecture(
     reference=model.HybridModel,
     params=(ArchParam("n_e", "buffer input and output ports", 1, MAX_NE, at_most_ports=True),))
 
+# ---- E2: optical burst switching (Casoni, Raffaelli, "TCP Performance in Hybrid Multigranular OBS
+# Networks", section II; docs/obs.md) ----
+
+#: packets an obs-edge obsburst qdisc may hold at least: a 10 MB burst of 578 B frames (the
+#: paper's slow class, 512 B MSS) is 17 302 packets; bursts waiting for their offset and
+#: the next one assembling add a few more; the fast class's 25 kB bursts are far below
+OBS_EDGE_MIN_LIMIT = 1_000_000
+#: the smallest frame an Lmax can be made of (an Ethernet frame of a bare IPv4/TCP header)
+_MIN_FRAME = 54
+
+
+def obs_edge_options(context: NodeContext, values: Mapping[str, int], key: str) -> obsburst.ObsBurstConfig:
+    """obs-edge's obsburst configuration on a node described by ``context``: one class
+    (every packet is class 0: ``class_by`` priority, default class 0) with Tmax and the
+    offset times D, Lmax as given (Ethernet frame bytes: the qdisc counts frames from
+    the Ethernet header, the paper IP datagrams, docs/obs.md), the optical rate = the
+    rate of the node's ports towards other switches (emulation bit/s), a packet limit
+    of at least :data:`OBS_EDGE_MIN_LIMIT` (more when Lmax could hold more smallest
+    frames) and control packets on. Raises DefinitionError(key) when the dilated
+    values leave the qdisc's bounds or the node has no single optical rate."""
+    try:
+        rate = context.optical_rate_bps()
+    except ValueError as exc:
+        raise DefinitionError(key, context.rates_bps, f"an obs-edge node with ports towards other switches of "
+                              f"one rate ({exc})") from None
+    dilated = {"tmax_ns": round(values["tmax_ns"] * context.tdf), "lmax_bytes": values["lmax_bytes"],
+               "offset_ns": round(values["offset_ns"] * context.tdf), "rate_bps": round(rate)}
+    for name, v in dilated.items():
+        lo, hi = obsburst.BOUNDS[name]
+        if not lo <= v <= hi:
+            shown = values.get(name, rate * context.tdf)
+            what = "bit/s (paper) / D" if name == "rate_bps" else "x D" if name.endswith("_ns") else ""
+            raise DefinitionError(f"{key}.{name}", shown, f"a value whose emulation value ({what} = {v}) is within "
+                                  f"the obsburst qdisc's {lo}..{hi} at D = {context.tdf:g}")
+    limit = min(obsburst.LIMIT_BOUNDS[1], max(OBS_EDGE_MIN_LIMIT, 4 * -(-values["lmax_bytes"] // _MIN_FRAME)))
+    return obsburst.ObsBurstConfig((ClassParams(**dilated),), class_by="priority", default_class=0, limit=limit,
+                                   control=True)
+
+
+OBS_EDGE = Architecture(
+    "obs-edge", 4, "obs_edge", "OBS ingress edge: packets towards the core assembled into bursts (one class, mixed "
+    "flows) closed at Tmax after opening or when they reach Lmax frame bytes, released after the offset as one unit "
+    "at the optical rate behind a control packet (obsburst qdisc); packets towards hosts store-and-forward FIFO",
+    reference=None, oracle="testbed.optical.burst",
+    params=(ArchParam("tmax_ns", "assembly time Tmax, paper ns", 1, 3_600_000_000_000, ctype="u64"),
+            ArchParam("lmax_bytes", "assembly volume Lmax, Ethernet frame bytes (the paper counts IP datagram "
+                      "bytes)", 1, 1_000_000_000, ctype="u64"),
+            ArchParam("offset_ns", "offset time between control packet and burst, paper ns", 0,
+                      3_600_000_000_000, ctype="u64")),
+    roles=("edge",), realisation=obsburst.OBS_ASSEMBLY, mechanism_options=obs_edge_options)
+OBS_CORE = Architecture(
+    "obs-core", 5, "obs_core", "bufferless OBS core: each burst announced by a control packet is lost with "
+    "probability pl_ppb / 1e9, all of its packets together (drawn from seed and the burst id); other packets pass",
+    reference=None, oracle="testbed.optical.burstloss",
+    params=(ArchParam("pl_ppb", "burst loss probability, parts per 1e9", 0, 1_000_000_000),
+            ArchParam("seed", "seed of the burst loss draw", 0, 2**64 - 1, ctype="u64")),
+    roles=("core",))
+
 #: every architecture; the BPF dispatch is generated from this list (archgen.py)
-REGISTRY = Registry([NIC, ELECTRONIC, ALL_OPTICAL, HYBRID])
+REGISTRY = Registry([NIC, ELECTRONIC, ALL_OPTICAL, HYBRID, OBS_EDGE, OBS_CORE])
 
 
 def parse(spec: str, ports: int | None = None, *, role: str | None = DEFAULT_SWITCH_ROLE,

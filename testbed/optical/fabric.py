@@ -9,9 +9,15 @@ a role (``host``, or the switch's ``edge`` / ``core``) and a port architecture
 * the optswitch ingress (forwarding on switches, fidelity monitor everywhere) and
   egress programs (its architecture's decision; on hosts: NIC serialisation at the
   link rate),
-* on every port, the root qdisc of its architecture's realisation
-  (``testbed/optical/mechanisms.py``; today ``fq``, which releases each packet at its
-  stamped time),
+* on every port, the root qdisc its architecture's realisation puts there
+  (``testbed/optical/mechanisms.py``: ``fq``, which releases each packet at its
+  stamped time; on an ``obs-edge`` node the ``obsburst`` burst assembler on the ports
+  towards other switches and ``fq`` on those towards hosts), with the options the
+  architecture derives from its parameters and the node (``Assignment.options``),
+* per port: its rate (the link's ``rate_bps`` if it has one, else the switch's; for
+  a host, the switch it is attached to), its propagation (link ``length_m``, 0
+  allowed), ``peer_host`` and ``peer_holds`` (the peer node holds the packets it sends
+  on this link, so their ``skb->tstamp`` is their arrival at the peer),
 * on hosts: one shared MAC address and ARP off (the fabric forwards IPv4 by
   destination address; frames then carry the receiver's own MAC).
 
@@ -22,7 +28,9 @@ ledger (qdiscs, the pin dir); programs and clsact go with the devices.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -32,7 +40,7 @@ from testbed.errors import DefinitionError
 from testbed.optical import architectures, layout, maps
 from testbed.optical.architectures import Assignment
 from testbed.optical.layout import PortConfig
-from testbed.optical.mechanisms import Mechanism
+from testbed.optical.mechanisms import HOLDING, Mechanism, NodeContext
 from testbed.optical.routes import next_hops
 from testbed.units import propagation_delay_s
 
@@ -41,14 +49,38 @@ log = logging.getLogger(__name__)
 #: MAC address shared by every host interface on the optical fabric
 HOST_MAC = "02:0f:0f:00:00:01"
 DEFAULT_LENGTH_M = 10.0
+#: accepted link rates (link option ``rate_bps``), paper bit/s
+LINK_RATE_BOUNDS = (1e3, 8e12)
+#: accepted link lengths (link option ``length_m``), m
+LINK_LENGTH_BOUNDS = (0.0, 4e7)
 #: the architecture of every host of the fabric
 HOST_ASSIGNMENT = architectures.REGISTRY.assignment("nic", role="host")
+
+
+def link_options(info: Mapping[str, Any], key: str) -> tuple[float | None, float]:
+    """(rate_bps or None, length_m) of a link's options ``info`` (paper units; length
+    default :data:`DEFAULT_LENGTH_M`, 0 = no propagation). Raises DefinitionError
+    naming ``key.rate_bps`` / ``key.length_m`` for a value out of range."""
+    rate = info.get("rate_bps")
+    if rate is not None:
+        lo, hi = LINK_RATE_BOUNDS
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not lo <= rate <= hi:
+            raise DefinitionError(f"{key}.rate_bps", rate, f"a link rate in bit/s (paper units), {lo:g}..{hi:g}")
+        rate = float(rate)
+    length = info.get("length_m", DEFAULT_LENGTH_M)
+    lo, hi = LINK_LENGTH_BOUNDS
+    if isinstance(length, bool) or not isinstance(length, (int, float)) or not math.isfinite(length) \
+            or not lo <= length <= hi:
+        raise DefinitionError(f"{key}.length_m", length, f"a fibre length in m, {lo:g}..{hi:g} (0: no propagation)")
+    return rate, float(length)
 
 
 @dataclass
 class NodePorts:
     """One node of the fabric: id, role, port architecture (``assignment``), ports
-    (config), peer node per port; ``mechanism`` the qdisc installed on its ports."""
+    (config), peer node per port and the peer's port number on that link, each port's
+    rate (emulation bit/s) and the node's D; ``mechanism`` the mechanism installed on
+    its ports with ``options``."""
 
     node_id: int
     name: str
@@ -58,8 +90,24 @@ class NodePorts:
     peers: list[str]
     devs: list[str]
     netns: str
+    peer_ports: list[int] = dataclasses.field(default_factory=list)
+    rates_bps: list[float] = dataclasses.field(default_factory=list)
+    tdf: float = 1.0
     ifindex_of_port: dict[int, int] | None = None  # known once the programs are attached
     mechanism: Mechanism | None = None  # installed by OpticalFabric.setup
+    options: object = None  # the options it was installed with
+
+    @property
+    def context(self) -> NodeContext:
+        """What its mechanism needs to know of it (D, port rates, host ports)."""
+        return NodeContext(self.tdf, tuple(self.rates_bps), tuple(p.peer_host for p in self.ports))
+
+    @property
+    def holds(self) -> tuple[bool, ...]:
+        """Per port: whether its architecture's mechanism holds the packets it sends."""
+        if self.assignment.arch.realisation.name != HOLDING:
+            return tuple(False for _ in self.ports)
+        return self.assignment.mechanism.holds(self.devs, self.context)
 
     @property
     def model(self) -> str:
@@ -100,26 +148,35 @@ class OpticalFabric:
         hosts = sorted(n for n in hosts if any(p in switches for p, _ in peers.get(n, {}).values()))
         self.hosts = hosts
         self.nodes: dict[str, NodePorts] = {}
+        peer_port: dict[tuple[str, int], int] = {}
+        for a, pa, b, pb, _info in emu.port_links:
+            peer_port[(a, pa)], peer_port[(b, pb)] = pb, pa
         for node_id, name in enumerate([*hosts, *switches]):
             node = emu.nodes[name]
-            ports, peer_names = [], []
+            ports, peer_names, rates, node_tdf = [], [], [], 1.0
             for idx in range(len(node.intfs)):
                 peer, info = peers[name][idx]
                 sw = emu.nodes[name] if name in switches else emu.nodes[peer]
-                rate, tdf = sw.rate_bps, sw.tdf  # type: ignore[attr-defined]
-                length = float(info.get("length_m", DEFAULT_LENGTH_M))
+                link_rate, length = link_options(info, f"link {'-'.join(sorted((name, peer)))}")
+                rate = link_rate if link_rate is not None else sw.rate_bps  # type: ignore[attr-defined]
+                tdf = node_tdf = sw.tdf  # type: ignore[attr-defined]
                 ports.append(PortConfig(
                     ps_per_byte=layout.ps_per_byte(rate / tdf),
                     prop_ns=round(propagation_delay_s(length) * tdf * 1e9),
                     peer_host=peer in hosts))
                 peer_names.append(peer)
+                rates.append(rate / tdf)
             if name in switches:
                 role, assignment = node.role, node.assignment
                 assignment.check(ports=len(ports), role=role, key=f"{name}.arch")
             else:
                 role, assignment = "host", HOST_ASSIGNMENT
             self.nodes[name] = NodePorts(node_id, name, role, assignment, ports, peer_names,
-                                         list(node.intfs), node.netns)
+                                         list(node.intfs), node.netns,
+                                         [peer_port[(name, i)] for i in range(len(ports))], rates, node_tdf)
+        for np in self.nodes.values():  # checked before anything is installed
+            np.assignment.options(np.context, key=f"{np.name}.arch")
+        self._set_peer_holds()
 
     def setup(self) -> None:
         """Qdiscs, host addressing, programs, configuration and routes."""
@@ -144,20 +201,60 @@ class OpticalFabric:
             for np in self.nodes.values()])
         for np, att in zip(self.nodes.values(), attached):
             ifx = {r["dev"]: r["ifindex"] for r in att}
-            np.ports = [PortConfig(p.ps_per_byte, p.prop_ns, ifx[d], p.peer_host)
-                        for p, d in zip(np.ports, np.devs)]
+            np.ports = [dataclasses.replace(p, ifindex=ifx[d]) for p, d in zip(np.ports, np.devs)]
             np.ifindex_of_port = {i: ifx[d] for i, d in enumerate(np.devs)}
         self._write_configs()
         maps.set_routes(self.pin_dir, self.routes(), flow_hash=any(
             getattr(self.emu.nodes[s], "flow_hash", False) for s in self.switches))
 
-    def _install(self, np: NodePorts) -> None:
-        """Install the mechanism of ``np``'s realisation as the root qdisc of its ports
-        (recorded in the ledger by :meth:`setup`), unless it is installed already."""
+    def _install(self, np: NodePorts, *, fresh: bool = False) -> None:
+        """Install the mechanism of ``np``'s realisation on its ports (the root qdiscs
+        are recorded in the ledger by :meth:`setup`), unless it is installed already
+        with the same options. ``fresh``: a holding mechanism is installed anew
+        (removed first: its counters and burst ids start again) even when unchanged."""
         mech = np.assignment.mechanism
-        if mech != np.mechanism:
-            mech.install(np.netns, np.devs, np.assignment.options(), self.emu.ledger)
-            np.mechanism = mech
+        options = np.assignment.options(np.context, key=f"{np.name}.arch")
+        if fresh and mech == np.mechanism and any(np.holds):
+            mech.remove(np.netns, np.devs, np.context)
+            np.mechanism = None
+        if mech != np.mechanism or options != np.options:
+            if np.mechanism is not None and np.mechanism != mech:
+                np.mechanism.remove(np.netns, np.devs, np.context)
+            mech.install(np.netns, np.devs, options, self.emu.ledger, np.context)
+            np.mechanism, np.options = mech, options
+
+    def _set_peer_holds(self) -> None:
+        """``peer_holds`` of every port: its peer node holds what it sends on this link."""
+        holds = {n: np.holds for n, np in self.nodes.items()}
+        for np in self.nodes.values():
+            np.ports = [dataclasses.replace(p, peer_holds=holds[peer][pp])
+                        for p, peer, pp in zip(np.ports, np.peers, np.peer_ports)]
+
+    def holding_state(self) -> dict[tuple[str, str], Any]:
+        """{(node, device): the kernel's state of the qdisc holding that port's packets}
+        for every port where a node's mechanism holds packets (obs-edge: an
+        ``obsburst.QdiscState`` with options and counters since the last
+        :meth:`setup` / :meth:`reconfigure`, which installs these qdiscs anew)."""
+        out: dict[tuple[str, str], Any] = {}
+        for np in self.nodes.values():
+            if np.mechanism is not None and any(np.holds):
+                for dev, state in np.mechanism.read(np.netns, np.devs, np.context).items():
+                    out[(np.name, dev)] = state
+        return out
+
+    def release(self) -> list[str]:
+        """Take the holding qdiscs off every node (before the ledger's teardown: then no
+        namespace still being destroyed holds a reference to their module, which the
+        ledger can remove). Returns error texts (empty when all went)."""
+        errors = []
+        for np in self.nodes.values():
+            if np.mechanism is not None and any(np.holds):
+                try:
+                    np.mechanism.remove(np.netns, np.devs, np.context)
+                    np.mechanism = None
+                except Exception as exc:  # noqa: BLE001 - teardown goes on; the ledger removes the rest
+                    errors.append(f"{np.name}: removing {np.assignment.mechanism.name}: {exc}")
+        return errors
 
     def _write_configs(self) -> None:
         maps.configure_nodes(self.pin_dir, [
@@ -168,22 +265,27 @@ class OpticalFabric:
         """Give each node named in ``assignments`` ({node: Assignment}) its port
         architecture (the others keep theirs) and reset the fabric as if new: every
         node's state, counters and the fidelity monitor zeroed; a node whose
-        architecture is realised by another mechanism gets that mechanism's qdisc. Lets
+        architecture is realised by another mechanism (or the same with other options)
+        gets that mechanism's qdiscs, and holding qdiscs are installed anew (their
+        counters and burst ids start again; :meth:`holding_state` reads them). Lets
         one emulation serve several points (building it costs minutes under software
         emulation). Everything is checked before anything changes: raises
         DefinitionError for a node not in the fabric, or an architecture that does not
-        fit the node's role or port count."""
+        fit the node's role or port count, or whose mechanism's options do not fit it."""
         for name, a in assignments.items():
             np = self.nodes.get(name)
             if np is None:
                 raise DefinitionError("node", name, "a node of the optical fabric: " + ", ".join(self.nodes))
             a.check(ports=len(np.ports), role=np.role, key=f"{name}.arch")
+            a.options(np.context, key=f"{name}.arch")
         for name, a in assignments.items():
             np = self.nodes[name]
             np.assignment = a
             if name in self.switches:
                 self.emu.nodes[name].assignment = a
-            self._install(np)
+        for np in self.nodes.values():
+            self._install(np, fresh=True)
+        self._set_peer_holds()
         self._write_configs()
         maps.reset_monitor(self.pin_dir)
 

@@ -1,5 +1,5 @@
 """How a node's packets leave its ports: the realisation of a port architecture and the
-kernel mechanism installed for it on every port of the node.
+kernel mechanism installed for it on the ports of the node.
 
 A port architecture (``testbed/optical/architectures.py``) is realised in one of two ways:
 
@@ -10,13 +10,23 @@ A port architecture (``testbed/optical/architectures.py``) is realised in one of
   later events (a burst closed by volume, a virtual output queue served in an order
   that depends on later arrivals), e.g. a qdisc module in ``kernel/``. One exists:
   ``obsburst`` (``kernel/sch_obsburst.c``, E2's burst assembler,
-  ``testbed.optical.obsburst.OBSBURST``);
+  ``testbed.optical.obsburst.OBSBURST``, realising ``obs-edge``);
   an architecture realised by a mechanism that does not exist yet names what it needs
   in ``Realisation.missing``, and choosing it fails (:meth:`Realisation.require`)
   before anything is created.
 
 The fabric (``testbed/optical/fabric.py``) installs, per node, the mechanism of that
-node's realisation through :meth:`Mechanism.install`; adding a mechanism is a
+node's realisation through :meth:`Mechanism.install`, giving it the node's
+:class:`NodeContext` (time dilation, per-port rates, which ports face hosts). A
+mechanism decides per port what it installs: ``fq`` the same on every port; the
+``obsburst`` mechanism assembles only on the ports whose peer is not a host and puts
+``fq`` on the ports towards hosts (they carry stamped packets: ACKs back to the
+sources). :meth:`Mechanism.plan` says which qdisc goes on which port (no kernel
+needed), :meth:`Mechanism.holds` which ports hold packets (their peers read
+``skb->tstamp`` as the arrival at the holding node: ``PortConfig.peer_holds``).
+A mechanism that needs a kernel module loads it in :meth:`Mechanism.prepare`, which
+``testbed.net.Emulation`` calls before it creates any namespace, so that the ledger
+removes the module after the namespaces whose qdiscs use it. Adding a mechanism is a
 :class:`Mechanism` subclass in the module that owns it (with its kernel part in
 ``kernel/``) and its use in an architecture's realisation.
 """
@@ -39,23 +49,84 @@ FQ_OPTS = ("limit", "1000000", "flow_limit", "1000000", "horizon", "3600s", "hor
 
 
 @dataclass(frozen=True)
+class NodeContext:
+    """What a mechanism needs to know of the node it is installed on: the time
+    dilation ``tdf`` (D), the serialisation rate of each port in *emulation* bit/s
+    (paper rate / D; ``rates_bps[i]`` of port ``i``) and whether each port's peer is an
+    end host (``peer_host[i]``). Raises ValueError when the lengths differ or a rate is
+    not > 0."""
+
+    tdf: float
+    rates_bps: tuple[float, ...]
+    peer_host: tuple[bool, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.rates_bps) != len(self.peer_host):
+            raise ValueError(f"{len(self.rates_bps)} port rates for {len(self.peer_host)} ports")
+        if not self.tdf >= 1.0 or not all(r > 0 for r in self.rates_bps):
+            raise ValueError(f"tdf {self.tdf!r} must be >= 1 and every rate > 0: {self.rates_bps}")
+
+    @property
+    def optical_ports(self) -> tuple[int, ...]:
+        """Ports whose peer is not an end host (towards other switches)."""
+        return tuple(i for i, h in enumerate(self.peer_host) if not h)
+
+    def optical_rate_bps(self) -> float:
+        """The one rate (emulation bit/s) of the ports towards other switches. Raises
+        ValueError when there is no such port or their rates differ."""
+        rates = sorted({self.rates_bps[i] for i in self.optical_ports})
+        if len(rates) != 1:
+            raise ValueError("no port towards another switch" if not rates else
+                             f"ports towards other switches have different rates: {rates} bit/s")
+        return rates[0]
+
+
+@dataclass(frozen=True)
 class Mechanism:
     """A kernel mechanism releasing a node's packets, installed as the root qdisc of
-    every port of the node: ``features`` the kernel features it needs. Subclasses
-    implement :meth:`install` (a tc qdisc here; a qdisc of ours with its own options,
-    e.g. ``testbed.optical.obsburst.ObsBurstQdisc``, in the module that owns it)."""
+    every port of the node (which qdisc on which port: :meth:`plan`): ``features`` the
+    kernel features it needs (of every qdisc it installs). Subclasses implement
+    :meth:`install` (a tc qdisc here; a qdisc of ours with its own options, e.g.
+    ``testbed.optical.obsburst.ObsBurstQdisc``, in the module that owns it)."""
 
     name: str
     doc: str
     features: frozenset[Feature] = frozenset()
 
-    def install(self, netns: str | None, devs: Sequence[str], options: Any, ledger: Any) -> None:
+    def plan(self, devs: Sequence[str], context: NodeContext | None) -> dict[str, str]:
+        """{device: name of the qdisc this mechanism makes its root qdisc} for the node's
+        ports ``devs`` (in port order) described by ``context``: this mechanism's own on
+        every port, unless a subclass says otherwise."""
+        return {dev: self.name for dev in devs}
+
+    def holds(self, devs: Sequence[str], context: NodeContext | None) -> tuple[bool, ...]:
+        """Per port of ``devs``: whether this mechanism holds its packets past the
+        egress program's decision (then ``skb->tstamp`` is the packet's arrival at this
+        node when it leaves). None of a TcQdisc's ports."""
+        return tuple(False for _ in devs)
+
+    def prepare(self, ledger: Any) -> None:
+        """Whatever must exist before any namespace does (e.g. a module, recorded in
+        ``ledger`` so that teardown removes it after the namespaces). Nothing here."""
+
+    def install(self, netns: str | None, devs: Sequence[str], options: Any, ledger: Any,
+                context: NodeContext | None = None) -> None:
         """Make this mechanism the root qdisc of ``devs`` in ``netns`` (the qdiscs are
         recorded in ``ledger`` by the caller; a mechanism records what else it needs,
         e.g. a module). ``options``: the node architecture's
-        :meth:`~testbed.optical.architectures.Assignment.mechanism_options` (None for
-        most). Raises CommandError or the mechanism's own TestbedError."""
+        :meth:`~testbed.optical.architectures.Assignment.options` (None for most);
+        ``context``: the node's ports (:class:`NodeContext`). Raises CommandError or the
+        mechanism's own TestbedError."""
         raise NotImplementedError
+
+    def remove(self, netns: str | None, devs: Sequence[str], context: NodeContext | None = None) -> None:
+        """Take the qdiscs this mechanism holds packets in off ``devs`` (before teardown,
+        so that a module they use can be unloaded). Nothing for a TcQdisc."""
+
+    def read(self, netns: str | None, devs: Sequence[str], context: NodeContext | None) -> dict[str, Any]:
+        """{device: the kernel's state of the qdisc holding its packets (options and
+        counters)} for the ports where this mechanism holds packets; none for a TcQdisc."""
+        return {}
 
 
 @dataclass(frozen=True)
@@ -68,7 +139,10 @@ class TcQdisc(Mechanism):
         """``tc -batch`` input installing the qdisc on every device of ``devs``."""
         return "".join(f"qdisc replace dev {dev} root {' '.join(self.qdisc)}\n" for dev in devs)
 
-    def install(self, netns: str | None, devs: Sequence[str], options: Any, ledger: Any) -> None:
+    def install(self, netns: str | None, devs: Sequence[str], options: Any, ledger: Any,
+                context: NodeContext | None = None) -> None:
+        if not devs:
+            return
         # one tc process per node (each costs ~0.3 s under software emulation)
         cmd.run(["tc", "-batch", "-"], input=self.tc_batch(devs), netns=netns)
 
@@ -105,9 +179,8 @@ class Realisation:
         return self.mechanism
 
 
-#: decided at arrival, stamped, released by fq (every architecture of today)
+#: decided at arrival, stamped, released by fq (every architecture but obs-edge)
 EDT_FQ = Realisation(EDT, FQ)
-
 
 
 def holding(missing: str, mechanism: Mechanism | None = None) -> Realisation:

@@ -37,7 +37,7 @@ from testbed.features import Feature
 from testbed.ledger import Ledger
 from testbed.nsops import call_in
 from testbed.optical.burst import ClassParams
-from testbed.optical.mechanisms import HOLDING, Mechanism, Realisation
+from testbed.optical.mechanisms import FQ, HOLDING, Mechanism, NodeContext, Realisation
 
 MODULE_NAME = "sch_obsburst"
 KIND = "obsburst"
@@ -396,25 +396,57 @@ def unload_module(ledger: Ledger) -> None:
 
 @dataclass(frozen=True)
 class ObsBurstQdisc(Mechanism):
-    """The obsburst qdisc as a fabric mechanism: loads the module (ledgered) and installs
-    the qdisc with the node architecture's options (an :class:`ObsBurstConfig`, from
-    its ``mechanism_options``) on every port."""
+    """The obsburst qdisc as a fabric mechanism. On a node it assembles the packets of
+    the ports towards other switches (the optical side: an obsburst qdisc with the
+    node architecture's options, an :class:`ObsBurstConfig` from its
+    ``mechanism_options``) and releases the packets of the ports towards hosts with
+    ``fq`` at their stamped times (ACKs going back to the sources are not assembled).
+    :meth:`prepare` loads the module (ledgered) before the namespaces exist, so that
+    teardown removes it after them; :meth:`remove` takes the obsburst qdiscs off first
+    on a normal teardown (then nothing holds the module)."""
 
-    def install(self, netns: str | None, devs: Sequence[str], options: Any, ledger: Any) -> None:
+    def plan(self, devs: Sequence[str], context: NodeContext | None) -> dict[str, str]:
+        return {dev: KIND if held else FQ.name for dev, held in zip(devs, self.holds(devs, context))}
+
+    def holds(self, devs: Sequence[str], context: NodeContext | None) -> tuple[bool, ...]:
+        if context is None or len(context.peer_host) != len(devs):
+            raise ObsBurstError(f"the obsburst mechanism needs the node's ports (a NodeContext of "
+                                f"{len(devs)} ports), got {context!r}")
+        return tuple(not h for h in context.peer_host)
+
+    def prepare(self, ledger: Any) -> None:
+        if ledger is not None:
+            load_module(ledger)
+
+    def install(self, netns: str | None, devs: Sequence[str], options: Any, ledger: Any,
+                context: NodeContext | None = None) -> None:
         if not isinstance(options, ObsBurstConfig):
             raise ObsBurstError(f"the obsburst mechanism needs an ObsBurstConfig from its architecture's "
                                 f"mechanism_options, got {options!r}")
-        if ledger is not None:
-            load_module(ledger)
+        plan = self.plan(devs, context)
+        self.prepare(ledger)
+        FQ.install(netns, [d for d in devs if plan[d] == FQ.name], None, ledger)
         for dev in devs:
-            install(dev, netns, options)
+            if plan[dev] == KIND:
+                install(dev, netns, options)
+
+    def remove(self, netns: str | None, devs: Sequence[str], context: NodeContext | None = None) -> None:
+        for dev, held in zip(devs, self.holds(devs, context)):
+            if held:
+                remove(dev, netns)
+
+    def read(self, netns: str | None, devs: Sequence[str], context: NodeContext | None) -> dict[str, QdiscState]:
+        """{device: :func:`read` of its obsburst qdisc (a :class:`QdiscState`)} for the
+        assembling ports."""
+        return {dev: read(dev, netns) for dev, held in zip(devs, self.holds(devs, context)) if held}
 
 
 #: obsburst: E2's ingress-edge burst assembler (kernel/sch_obsburst.c, a module loaded
 #: from kernel/): per class, bursts closed by Tmax or Lmax, released after the offset
-#: at the optical rate, a control packet at close (docs/obs.md)
-OBSBURST = ObsBurstQdisc("obsburst", "obsburst qdisc module: per-class time-volume burst assembly, release "
-                         "after the offset at the optical rate, control packet at close", frozenset({Feature.MODULES}))
+#: at the optical rate, a control packet at close (docs/obs.md); fq on ports to hosts
+OBSBURST = ObsBurstQdisc("obsburst", "obsburst qdisc module on the ports towards switches: per-class time-volume "
+                         "burst assembly, release after the offset at the optical rate, control packet at close; "
+                         "fq on the ports towards hosts", frozenset({Feature.MODULES, Feature.FQ}))
 
 #: held per class until the burst closes, released by the obsburst qdisc
 OBS_ASSEMBLY = Realisation(HOLDING, OBSBURST)

@@ -200,19 +200,40 @@ def test_control_packet_parse():
     assert obsburst.parse_control(frame[:12] + b"\x08\x00" + frame[14:]) is None
 
 
-def test_mechanism_entry_installs_with_its_architectures_options(monkeypatch):
+def test_mechanism_assembles_towards_switches_and_fq_towards_hosts(monkeypatch):
+    """The obsburst mechanism puts the qdisc (with the architecture's options) on the
+    ports whose peer is not a host and fq on the ports towards hosts, loads the module
+    first, and takes only the obsburst qdiscs off again."""
     m = obsburst.OBSBURST
-    assert isinstance(m, mechanisms.Mechanism) and mechanisms.Feature.MODULES in m.features
+    assert isinstance(m, mechanisms.Mechanism) and {mechanisms.Feature.MODULES, mechanisms.Feature.FQ} <= m.features
     assert obsburst.OBS_ASSEMBLY.mechanism is m and obsburst.OBS_ASSEMBLY.name == mechanisms.HOLDING
     done = []
     monkeypatch.setattr(obsburst, "load_module", lambda ledger: done.append(("load", ledger)))
     monkeypatch.setattr(obsburst, "install", lambda dev, netns, config: done.append((dev, netns, config)))
+    monkeypatch.setattr(obsburst, "remove", lambda dev, netns: done.append(("remove", dev, netns)))
+    monkeypatch.setattr(mechanisms.cmd, "run", lambda argv, **kw: done.append(("tc", kw["netns"], kw["input"])))
+    devs = ["e-eth0", "e-eth1", "e-eth2"]
+    ctx = mechanisms.NodeContext(100.0, (1e6, 1e6, 1e8), (True, True, False))
+    config = obsburst.ObsBurstConfig((ClassParams(1_000_000, 25_000, 0, 10**8),))
     with pytest.raises(obsburst.ObsBurstError, match="ObsBurstConfig"):
-        m.install("ns", ["eth0"], None, ledger="L")
+        m.install("ns", devs, None, ledger="L", context=ctx)
+    with pytest.raises(obsburst.ObsBurstError, match="NodeContext of 3 ports"):
+        m.install("ns", devs, config, ledger="L", context=None)
     assert done == []
-    config = obsburst.ObsBurstConfig((ClassParams(1_000_000, 25_000, 0, 10**9),))
-    m.install("ns", ["eth0", "eth1"], config, ledger="L")
-    assert done == [("load", "L"), ("eth0", "ns", config), ("eth1", "ns", config)]
+    assert m.plan(devs, ctx) == {"e-eth0": "fq", "e-eth1": "fq", "e-eth2": "obsburst"}
+    assert m.holds(devs, ctx) == (False, False, True)
+    m.install("ns", devs, config, ledger="L", context=ctx)
+    assert done == [("load", "L"), ("tc", "ns", mechanisms.FQ.tc_batch(["e-eth0", "e-eth1"])),
+                    ("e-eth2", "ns", config)]
+    done.clear()
+    m.remove("ns", devs, ctx)
+    assert done == [("remove", "e-eth2", "ns")]
+    # a core-side node of two switches: obsburst on both, no tc process at all
+    done.clear()
+    m.install("ns", devs[:2], config, ledger=None, context=mechanisms.NodeContext(1.0, (1e8, 1e8), (False, False)))
+    assert done == [("e-eth0", "ns", config), ("e-eth1", "ns", config)]
+    # fq (a TcQdisc) plans itself everywhere and holds nothing
+    assert mechanisms.FQ.plan(devs, ctx) == dict.fromkeys(devs, "fq") and not any(mechanisms.FQ.holds(devs, ctx))
 
 
 def test_tshark_decodes_control_packets_with_the_dissector(tmp_path):
