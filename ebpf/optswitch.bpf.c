@@ -476,12 +476,8 @@ int optsw_egress(struct __sk_buff *skb)
 	pkt.out_cfg = pc;
 	pkt.out_port = port;
 	pkt.len = len;
-	if (!tb_is_switch)
-		pkt.in_port = NO_PORT;
-	else if (tb_test_mode)
-		pkt.in_port = h ? *(volatile __u32 *)&h->in_port : NO_PORT; /* volatile: see ingress */
-	else
-		pkt.in_port = skb->cb[1]; /* set by optsw_ingress */
+	/* set by optsw_ingress (test mode: given in the context); a host's own packet has none */
+	pkt.in_port = tb_is_switch ? skb->cb[1] : NO_PORT;
 
 	bpf_spin_lock(&st->lock);
 	decision = optsw_arch_decide(cfg->arch, st, cfg, &pkt, ps, a, tau, &dep);

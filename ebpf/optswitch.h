@@ -220,7 +220,7 @@ struct optsw_hook {
 	__u32 len;     /* wire length in bytes used by the model (0: skb->len) */
 	__u32 port;    /* egress: the output port; ingress: the input port */
 	__u32 rand;    /* the "random" number of the per-packet ECMP choice */
-	__u32 in_port; /* egress: the input port the packet came from (ingress passes it in cb[1]) */
+	__u32 pad;
 	__u64 stamp_ns; /* ingress: the packet's monotonic stamp (0: none) */
 };
 

@@ -132,11 +132,11 @@ def route_value(ports: list[int], flow_hash: bool = False) -> bytes:
     return struct.pack(f"<II{MAX_ECMP}H", len(ports), ROUTE_FLOW_HASH if flow_hash else 0, *padded)
 
 
-def hook_value(now_ns: int, length: int, port: int, rand: int, in_port: int = 0, stamp_ns: int = 0) -> bytes:
-    """Value of optsw_hook (test mode): time, model length, port, ECMP random number,
-    for the egress program the input port the packet came from, for the ingress program
-    the packet's monotonic stamp (0: none)."""
-    return struct.pack("<QIIIIQ", now_ns, length, port, rand, in_port, stamp_ns)
+def hook_value(now_ns: int, length: int, port: int, rand: int, stamp_ns: int = 0) -> bytes:
+    """Value of optsw_hook (test mode): time, model length, port, ECMP random number and,
+    for the ingress program, the packet's monotonic stamp (0: none). (The egress program
+    reads the input port from cb[1] of the context, as the ingress program leaves it.)"""
+    return struct.pack("<QIIIIQ", now_ns, length, port, rand, 0, stamp_ns)
 
 
 def parse_node_state(value: bytes, n_ports: int) -> dict:

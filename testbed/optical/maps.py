@@ -29,7 +29,8 @@ class NodeConfig:
 
 def configure_nodes(pin_dir: Path, nodes: list[NodeConfig]) -> None:
     """Write every node's configuration and (ifindex -> port) entries and reset its
-    state (all ports free, counters zero): one loader call per map, not per node."""
+    state (all ports free, counters zero, and the OBS state inside it: announced bursts,
+    core counters, holding-delay histogram): one loader call per map, not per node."""
     bpf.map_update(pin_dir, "optsw_cfg", [(layout.u32_key(n.node_id),
                                            layout.node_cfg(n.assignment.arch.code, n.assignment.packed(), n.ports))
                                           for n in nodes])
@@ -53,15 +54,22 @@ def set_routes(pin_dir: Path, routes: dict[tuple[int, str], list[int]], *, flow_
                     for (n, dst), ports in sorted(routes.items())])
 
 
+def read_raw_states(pin_dir: Path, nodes: list[int] | set[int] | dict[int, int]) -> dict[int, bytes]:
+    """The optsw_state value (struct optsw_node_state, bytes) of each node of ``nodes``
+    (one lookup per node, not a dump of all 512); nodes whose row is absent are left out."""
+    wanted = set(nodes)
+    out = {}
+    for k, v in bpf.map_dump(pin_dir, "optsw_state", [layout.u32_key(n) for n in sorted(wanted)]):
+        node = int.from_bytes(k, "little")
+        if node in wanted:
+            out[node] = v
+    return out
+
+
 def read_states(pin_dir: Path, n_ports: dict[int, int]) -> dict[int, dict]:
     """Counters of the nodes in ``n_ports`` ({node id: ports in use}): per node
     ``max_occ_bytes``, ``occ_overflow``, ``bout_overflow`` and ``ports`` (a dict per port)."""
-    out = {}
-    for k, v in bpf.map_dump(pin_dir, "optsw_state", [layout.u32_key(n) for n in sorted(n_ports)]):
-        node = int.from_bytes(k, "little")
-        if node in n_ports:
-            out[node] = layout.parse_node_state(v, n_ports[node])
-    return out
+    return {node: layout.parse_node_state(v, n_ports[node]) for node, v in read_raw_states(pin_dir, n_ports).items()}
 
 
 def reset_monitor(pin_dir: Path) -> None:

@@ -209,11 +209,14 @@ def test_array_lengths_match_the_python_constants(optsw):
     assert layout.BOUT_RES == optsw.array_len("optsw_bout", "start_ns") \
         == optsw.array_len("optsw_bout", "end_ns")
     assert layout.LATE_BUCKETS == optsw.array_len("optsw_monitor", "bucket")
+    assert layout.OBS_RING == optsw.array_len("optsw_obs_ring", "b")
+    assert layout.MAX_PORTS == optsw.array_len("optsw_obs_state", "ring")
+    assert layout.HOLD_BUCKETS == optsw.array_len("optsw_hold_hist", "bucket")
 
 
 def test_node_cfg_writes_every_member_by_name(optsw):
-    ports = [layout.PortConfig(1000 + i, prop_ns=50_000 + i, ifindex=70 + i, peer_host=i % 2 == 1)
-             for i in range(3)]
+    ports = [layout.PortConfig(1000 + i, prop_ns=50_000 + i, ifindex=70 + i, peer_host=i % 2 == 1,
+                               peer_holds=i >= 1) for i in range(3)]
     assert layout.ARCH_CFG_BYTES == optsw.size(optsw.member("optsw_cfg_node", "arch_cfg").type_id)
     arch_cfg = bytes(range(1, 13))  # a configuration shorter than the room for it
     room = arch_cfg.ljust(layout.ARCH_CFG_BYTES, b"\0")
@@ -223,7 +226,8 @@ def test_node_cfg_writes_every_member_by_name(optsw):
     for i, p in enumerate(ports):
         want |= {f"port[{i}].ps_per_byte": p.ps_per_byte, f"port[{i}].prop_ns": p.prop_ns,
                  f"port[{i}].ifindex": p.ifindex,
-                 f"port[{i}].flags": layout.PORT_PEER_HOST if p.peer_host else 0}
+                 f"port[{i}].flags": (layout.PORT_PEER_HOST if p.peer_host else 0)
+                 | (layout.PORT_PEER_HOLDS if p.peer_holds else 0)}
     assert mismatches(optsw, "optsw_cfg_node", layout.node_cfg(7, arch_cfg, ports), want) == []
 
 
@@ -253,8 +257,9 @@ def test_keys_route_and_hook_write_every_member_by_name(optsw):
     assert mismatches(optsw, "optsw_route", layout.route_value([3, 1, 4], flow_hash=True),
                       {"n": 3, "flags": layout.ROUTE_FLOW_HASH,
                        "port[0]": 3, "port[1]": 1, "port[2]": 4}) == []
-    assert mismatches(optsw, "optsw_hook", layout.hook_value(2**40 + 5, 9064, 6, 0xDEADBEEF),
-                      {"now_ns": 2**40 + 5, "len": 9064, "port": 6, "rand": 0xDEADBEEF}) == []
+    assert mismatches(optsw, "optsw_hook", layout.hook_value(2**40 + 5, 9064, 6, 0xDEADBEEF, stamp_ns=2**63 + 3),
+                      {"now_ns": 2**40 + 5, "len": 9064, "port": 6, "rand": 0xDEADBEEF,
+                       "stamp_ns": 2**63 + 3}) == []
 
 
 def test_node_state_is_parsed_by_member_name(optsw):
@@ -269,6 +274,54 @@ def test_node_state_is_parsed_by_member_name(optsw):
     assert len(state["ports"]) == layout.MAX_PORTS
     for p, port in enumerate(state["ports"]):
         assert port == {f: values[f"port[{p}].{f}"] for f in layout.PORT_STATE_FIELDS}, p
+
+
+def test_obs_state_is_parsed_by_member_name(optsw):
+    """The OBS counters, the per-input-port rings (oldest first from head, n entries,
+    wrapping) and the holding-delay histogram inside optsw_node_state."""
+    assert layout.STATE_OBS_OFFSET == optsw.member("optsw_node_state", "obs").offset
+    assert layout.STATE_HOLD_OFFSET == optsw.member("optsw_node_state", "hold").offset
+    assert tuple(m.name for m in optsw.members("optsw_obs_state")) == (*layout.OBS_FIELDS, "ring")
+    values = distinct_values(optsw, "optsw_node_state")
+    r = layout.OBS_RING
+    for p in range(layout.MAX_PORTS):  # ring p: head p mod r, n p mod (r + 1)
+        values[f"obs.ring[{p}].head"] = p % r
+        values[f"obs.ring[{p}].n"] = p % (r + 1)
+    raw = optsw.encode("optsw_node_state", values)
+    obs = layout.parse_obs_state(raw)
+    assert {k: obs[k] for k in layout.OBS_FIELDS} == {k: values[f"obs.{k}"] for k in layout.OBS_FIELDS}
+    for p, ring in enumerate(obs["rings"]):
+        slots = [((p % r) + i) % r for i in range(p % (r + 1))]
+        assert ring == [(values[f"obs.ring[{p}].b[{j}].left"], values[f"obs.ring[{p}].b[{j}].lost"])
+                        for j in slots], p
+    hold = layout.parse_hold_hist(raw)
+    assert {k: hold[k] for k in ("count", "early", "max_ns", "sum_ns", "over")} == \
+        {k: values[f"hold.{k}"] for k in ("count", "early", "max_ns", "sum_ns", "over")}
+    assert hold["buckets"] == [values[f"hold.bucket[{i}]"] for i in range(layout.HOLD_BUCKETS)]
+
+
+def test_control_packet_offsets_are_the_modules_header():
+    """optswitch reads the burst control packet of kernel/obsburst.h at its own offsets
+    (a BPF program cannot include that header next to vmlinux.h): the same numbers as the
+    module's header and as testbed/optical/obsburst.py, which packs it for the qdisc's tests."""
+    from testbed.optical import obsburst
+
+    m = _macros(EBPF / "optswitch.h")
+    k = _macros(EBPF.parent / "kernel" / "obsburst.h")
+    assert (m["OPTSW_OBSB_ETH_P"], m["OPTSW_OBSB_MAGIC"], m["OPTSW_OBSB_VERSION"]) == \
+        (k["OBSB_ETH_P"], k["OBSB_CTRL_MAGIC"], k["OBSB_VERSION"]) == \
+        (obsburst.ETH_P_OBSB, obsburst.CTRL_MAGIC, obsburst.VERSION)
+    frame = obsburst.ControlPacket(0x0102030405060708, 3, True, 0x1112131415161718, 0x21222324, 7, 9).frame()
+    hdr = frame[14:]
+    assert len(hdr) == m["OPTSW_OBSB_HDR_LEN"]
+    assert int.from_bytes(hdr[:4], "big") == m["OPTSW_OBSB_MAGIC"]
+    assert hdr[m["OPTSW_OBSB_OFF_VERSION"]] == m["OPTSW_OBSB_VERSION"]
+    off = m["OPTSW_OBSB_OFF_BURST_ID"]
+    assert int.from_bytes(hdr[off:off + 8], "big") == 0x0102030405060708
+    off = m["OPTSW_OBSB_OFF_BYTES"]
+    assert int.from_bytes(hdr[off:off + 8], "big") == 0x1112131415161718
+    off = m["OPTSW_OBSB_OFF_PACKETS"]
+    assert int.from_bytes(hdr[off:off + 4], "big") == 0x21222324
 
 
 def test_optical_maps_hold_no_other_copy_of_the_state_size():
@@ -298,8 +351,11 @@ def test_optswitch_header_constants_match_python():
     m = _macros(EBPF / "optswitch.h")
     assert (layout.CUT, layout.BUFFER, layout.DROP, layout.NOCFG) == \
         (m["OPTSW_CUT"], m["OPTSW_BUFFER"], m["OPTSW_DROP"], m["OPTSW_NOCFG"])
-    assert (layout.PORT_PEER_HOST, layout.ROUTE_FLOW_HASH) == \
-        (m["OPTSW_PORT_PEER_HOST"], m["OPTSW_ROUTE_FLOW_HASH"])
+    assert layout.HOLD == m["OPTSW_HOLD"]
+    assert (layout.PORT_PEER_HOST, layout.PORT_PEER_HOLDS, layout.ROUTE_FLOW_HASH) == \
+        (m["OPTSW_PORT_PEER_HOST"], m["OPTSW_PORT_PEER_HOLDS"], m["OPTSW_ROUTE_FLOW_HASH"])
+    assert (layout.OBS_RING, layout.HOLD_SUB, layout.HOLD_BUCKETS) == \
+        (m["OPTSW_OBS_RING"], m["OPTSW_HOLD_SUB"], m["OPTSW_HOLD_BUCKETS"])
     assert (layout.MAX_NODES, layout.ARCH_CFG_BYTES) == (m["OPTSW_MAX_NODES"], m["OPTSW_ARCH_CFG_BYTES"])
 
 
@@ -343,4 +399,4 @@ def test_tcp_rto_stats_map_is_what_sockops_load_reads(tcp_rto):
     m = tcp_rto.maps()["tcp_rto_stats"]
     assert (m.key_type, m.value_type, m.key_size, m.value_size) == ("__u32", "__u64", 4, 8)
     assert set(tcp_rto.rodata()) == {"tb_netns_cookie", "tb_init_rto_jiffies", "tb_rto_min_us",
-                                     "tb_delack_max_us"}
+                                     "tb_delack_max_us", "tb_sndcwnd_clamp"}
