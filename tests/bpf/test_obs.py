@@ -26,24 +26,14 @@ from testbed.optical.architectures import REGISTRY, from_model
 from testbed.optical.burstloss import Control, CoreReference, Data
 from testbed.optical.layout import BUFFER, CUT, DROP, HOLD, PortConfig
 from testbed.optical.obsburst import ControlPacket
+from test_optswitch import skip_reason
 
 PS = layout.ps_per_byte(10e9)  # 800 ps/B
 NODE = 3
 SHOT, OK, REDIRECT = 2, 0, 7
 
 
-def _skip_reason() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root (BPF programs, bpffs)"
-    if not Path("/sys/kernel/btf/vmlinux").exists():
-        return "kernel has no BTF"
-    missing = [p for p in (bpf.EBPF_DIR / "tbload", bpf.EBPF_DIR / "optswitch.bpf.o") if not p.exists()]
-    if missing:
-        return f"BPF objects not built ({', '.join(map(str, missing))}): run `make -C ebpf`"
-    return None
-
-
-pytestmark = [pytest.mark.root, pytest.mark.skipif(_skip_reason() is not None, reason=_skip_reason() or "")]
+pytestmark = [pytest.mark.root, pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")]
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,8 @@ PS = layout.ps_per_byte(RATE_BPS)   # 800 ps/B
 TAU = layout.tau_ns(9064, PS)       # 7251 ns
 
 
-def _skip_reason() -> str | None:
+def skip_reason() -> str | None:
+    """Why the optswitch BPF tests cannot run here (also used by test_obs.py), None if they can."""
     if os.geteuid() != 0:
         return "needs root (BPF programs, bpffs)"
     if not Path("/sys/kernel/btf/vmlinux").exists():
@@ -37,7 +38,7 @@ def _skip_reason() -> str | None:
     return None
 
 
-pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=_skip_reason() or "")
+pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")
 
 
 def _ports(n: int, *, prop_ns: int = 0, peer_host: bool = False) -> list[PortConfig]:
