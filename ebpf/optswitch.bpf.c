@@ -9,12 +9,19 @@
  *
  *   optsw_ingress  on every port of a switch: forward an IPv4 packet by destination to
  *                  one of its equal-cost output ports, chosen uniformly at random per
- *                  packet (or by flow hash), with bpf_redirect. On every port of any
- *                  node: the fidelity monitor (how late the packet is against its stamp).
+ *                  packet (or by flow hash), with bpf_redirect, passing the output and
+ *                  input ports in skb->cb[0] / cb[1]. A burst control packet (EtherType
+ *                  0x88B5, kernel/obsburst.h) goes to the node's control unit (obs-core)
+ *                  and is consumed. On every port of any node: the fidelity monitor (how
+ *                  late the packet is against its stamp), except on a port whose peer
+ *                  holds (obsburst), where the stamp is the arrival at that peer: the
+ *                  holding-delay histogram instead, and the packet is re-stamped now.
  *   optsw_egress   on every port: the port model. Per packet it decides cut-through,
  *                  buffer or drop and the departure time, and stamps skb->tstamp with
  *                  the earliest departure time; the fq qdisc of the port releases the
  *                  packet then. On a host (model NIC) it serialises at the link rate.
+ *                  OPTSW_HOLD (obs-edge): the port's holding qdisc (obsburst) releases
+ *                  it; the stamp is then its arrival here.
  *
  * Time. A packet's arrival time at a node is its stamp from the previous node (the
  * intended arrival, carried as a monotonic delivery time across the veth), or
@@ -27,8 +34,9 @@
  *
  * Identity: tb_node_id (rodata, one load per node) and the port from the
  * (node, ifindex) -> port map filled by the testbed; never an ifindex alone.
- * Test mode (tb_test_mode = 1): time, length, port and random number come from the
- * optsw_hook map, so BPF_PROG_TEST_RUN is deterministic.
+ * Test mode (tb_test_mode = 1): time, length, port, random number and the ingress
+ * stamp come from the optsw_hook map, so BPF_PROG_TEST_RUN is deterministic; the egress
+ * program reads the input port from cb[1] of the test run's context.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -229,8 +237,10 @@ static __always_inline int output_free(struct optsw_port_state *ps, __u64 a, __u
  * called under the node's lock for a packet of duration tau arriving at a (its intended
  * arrival) for the output whose state is ps: it returns OPTSW_CUT or OPTSW_BUFFER with
  * *dep = the departure of the packet's head, or OPTSW_DROP. It may read its configuration
- * (struct optsw_<name>_cfg, packed by the registry) from cfg->arch_cfg and keep state in
- * st; the counters, the occupancy and the stamp are the program's. The generated
+ * (struct optsw_<name>_cfg, packed by the registry) from cfg->arch_cfg, the packet's
+ * input port, length and output port configuration from pkt, and keep state in st; the
+ * counters, the occupancy and the stamp are the program's. OPTSW_HOLD (no *dep) hands
+ * the packet to the port's holding qdisc. The generated
  * .output/optsw_archs.h includes every header of the registry and defines
  * optsw_arch_decide(arch, ...), which calls the one of code arch, or returns OPTSW_NOCFG
  * for an unknown code.

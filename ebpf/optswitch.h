@@ -35,8 +35,8 @@
 #define OPTSW_ROUTES_MAX  65536
 #define OPTSW_OBS_RING    16   /* announced bursts queued per input port (a power of two) */
 /* holding-delay histogram: log-linear, 16 buckets per power of two (exact below 16 ns;
- * a bucket is 1/16 of its octave wide, <= 6.25 % of its lower bound), up to 2^35 ns
- * (34.4 s); longer delays go to the last bucket (and to `over`). */
+ * a bucket is 1/16 of its octave wide, <= 6.25 % of its lower bound); the last bucket
+ * takes every delay from 31 x 2^30 ns (33.3 s) on (also counted in `over`). */
 #define OPTSW_HOLD_SUB    16
 #define OPTSW_HOLD_BUCKETS 512
 
