@@ -81,7 +81,8 @@ PAPER_NUMBERS: tuple[tuple[str, str, int | None, float, str, float, float, str, 
 
 
 #: the summary columns this analysis reads (params and metrics of the E2 family)
-COLUMNS_READ = ("path_class", "n_sources", "n_paper", "wm", "pl", "rep", "point", "throughput_bps", "ideal_bps",
+COLUMNS_READ = ("path_class", "n_sources", "n_paper", "wm", "pl", "rep", "point", "throughput_bps",
+                "throughput_per_source_bps", "ideal_bps",
                 "bursts", "bursts_closed_time", "bursts_closed_volume", "bursts_lost", "segments_per_burst",
                 "segments_per_source_per_burst", "loss_events_rto", "loss_events_fast", "retrans_segs",
                 "spurious_retrans_segs", "core_packets_lost", "assembly_delay_p50_s", "assembly_delay_p99_s",
@@ -491,7 +492,7 @@ def bursts_table(summary: pd.DataFrame) -> pd.DataFrame:
         expected = per_run * pl
         r_lo, r_hi = poisson_range(expected)
         out.append({"path_class": cls, "wm": wm, "pl": pl, "runs": len(g), "bursts per run": per_run,
-                    "bursts": n, "bursts lost": k, "measured Pl": k / n if n else math.nan,
+                    "bursts": n, "bursts lost": k, "lost per run": g["bursts_lost"].mean(), "measured Pl": k / n if n else math.nan,
                     "lo95": lo, "hi95": hi, "asked Pl inside": ("yes" if lo <= pl <= hi else "no") if n else "–",
                     "expected lost per run": expected, "95 % range of lost per run": f"{r_lo}..{r_hi}",
                     "core packets lost": g["core_packets_lost"].sum() if "core_packets_lost" in g else math.nan})
@@ -501,9 +502,9 @@ def bursts_table(summary: pd.DataFrame) -> pd.DataFrame:
 def artefacts_table(summary: pd.DataFrame) -> pd.DataFrame:
     """Per run: lateness of the emulation (p99, max, us), retransmitted and spurious
     segments, and paper seconds per wall second."""
-    s = summary.sort_values(["path_class", "wm", "pl", "rep"])
-    out = pd.DataFrame({"point": s["point"], "path_class": s["path_class"], "wm": s["wm"], "pl": s["pl"],
-                        "rep": s["rep"], "lateness p99 [us]": s["lateness_p99_s"] * 1e6,
+    s = summary.sort_values(["path_class", "n_sources", "wm", "pl", "rep"])
+    out = pd.DataFrame({"point": s["point"], "path_class": s["path_class"], "n_sources": s["n_sources"],
+                        "wm": s["wm"], "pl": s["pl"], "rep": s["rep"], "lateness p99 [us]": s["lateness_p99_s"] * 1e6,
                         "lateness max [us]": s["lateness_max_s"] * 1e6, "retrans_segs": s["retrans_segs"],
                         "spurious_retrans_segs": s["spurious_retrans_segs"],
                         "spurious fraction": (s["spurious_retrans_segs"] / s["retrans_segs"])
@@ -530,45 +531,89 @@ def paper_numbers_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 # ---- entry ------------------------------------------------------------------------------
 
+def main_scale(summary: pd.DataFrame) -> pd.DataFrame:
+    """The rows of each path class at its main scale: the most common n_sources of the
+    class (ties: the largest, the closest to the paper's N). Figures, tables and findings
+    use these; a run that also has other scales shows them in the scale table only."""
+    keep = []
+    for cls in _classes(summary):
+        g = rows(summary, cls)
+        if "n_sources" in g and g["n_sources"].nunique() > 1:
+            counts = g["n_sources"].value_counts()
+            main = max(counts[counts == counts.max()].index)
+            g = g[g["n_sources"] == main]
+        keep.append(g)
+    return pd.concat(keep) if keep else summary
+
+
+def scale_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per point measured at several scales: the throughput per source at each scale
+    against the largest N (Fieller's 95 % interval of the ratio; within 1 +- MARGIN is
+    the scale invariance the emulation relies on). Empty when no point has two scales."""
+    out = []
+    for cls, wm, pl, g in _points(summary):
+        sizes = sorted(set(pd.to_numeric(g["n_sources"], errors="coerce").dropna()))
+        if len(sizes) < 2:
+            continue
+        ref = g[g["n_sources"] == sizes[-1]]
+        for n in sizes[:-1]:
+            at = g[g["n_sources"] == n]
+            f = findings.compare("scale", "per-source throughput is invariant under scaling",
+                                 (f"{n:g} sources", at["throughput_per_source_bps"]),
+                                 (f"{sizes[-1]:g} sources", ref["throughput_per_source_bps"]),
+                                 low=1 - findings.MARGIN, high=1 + findings.MARGIN, scale=1e-6, unit="Mb/s")
+            out.append({"path_class": cls, "wm": wm, "pl": pl, "n_sources": n, "per source [Mb/s]": f.a.mean,
+                        "runs": f.a.n, "reference n_sources": sizes[-1], "reference [Mb/s]": f.b.mean,
+                        "reference runs": f.b.n, "ratio": f.estimate, "lo95": f.lo, "hi95": f.hi,
+                        f"within 1 +- {findings.MARGIN:g}": f.verdict})
+    return pd.DataFrame(out)
+
+
 def analyse(summary: pd.DataFrame, config: dict, out: Path) -> tuple[list[Path], list[tuple[str, pd.DataFrame]]]:
     """Draw Figs. 3, 4, 5-12, 13 and the assembly delay CDF into ``out`` (the report
     folder; the results folder is ``out.parent``); return them with the tables, the
     findings table last (titled ``findings.TITLE``, also ``out/findings.csv`` and
-    ``out/findings.md``). A missing per-point file leaves its figure without that run and
-    is listed in the table "Per-point files missing"; never raises for one."""
-    results = out.parent
-    files, missing = load_point_files(results, summary)
+    ``out/findings.md``). Everything but the per-run artefacts and the scale table is at
+    each class's main scale (:func:`main_scale`). A missing per-point file leaves its
+    figure without that run and is listed in the table "Per-point files missing"; never
+    raises for one."""
+    s = main_scale(summary)
+    files, missing = load_point_files(out.parent, s)
     figs: list[Path] = []
-    figs += fig3(files["throughput_series.csv"], summary, out)
-    figs.append(fig4(summary, out))
-    f13 = fig13(summary, out)
+    figs += fig3(files["throughput_series.csv"], s, out)
+    figs.append(fig4(s, out))
+    f13 = fig13(s, out)
     if f13:
         figs.append(f13)
-    cwnd_figs, cwnd_index = cwnd_figures(files["cwnd.csv"], summary, out)
+    cwnd_figs, cwnd_index = cwnd_figures(files["cwnd.csv"], s, out)
     figs += cwnd_figs
-    delay = assembly_figure(files["assembly_delay.csv"], summary, out)
+    delay = assembly_figure(files["assembly_delay.csv"], s, out)
     if delay:
         figs.append(delay)
-    scale = scale_text(summary)
+    scale = scale_text(s)
     tables: list[tuple[str, pd.DataFrame]] = [
         ("The paper's numbers beside this run's (paper units; throughput scaled to the paper's N)",
-         paper_numbers_table(summary)),
+         paper_numbers_table(s)),
         ("Loss events detected by RTO vs triple duplicate ACK (per run; fraction by RTO: mean of per-run "
-         "fractions with 95 % interval)", loss_detection_table(summary)),
+         "fractions with 95 % interval)", loss_detection_table(s)),
         (f"Segments per burst and per source per burst (95 % intervals over runs; x scale = the paper's N, "
-         f"scale {scale})", segments_table(summary)),
+         f"scale {scale})", segments_table(s)),
         ("Assembly delay per class (per-packet, edge arrival -> burst release; from assembly_delay.csv)",
-         assembly_table(files["assembly_delay.csv"], summary)),
+         assembly_table(files["assembly_delay.csv"], s)),
         ("Bursts per run and the burst loss measured (exact binomial 95 % interval over all runs' bursts; "
-         "95 % Poisson range of one run's loss count at the asked Pl)", bursts_table(summary)),
-        ("Artefacts per run: lateness, spurious retransmissions, paper seconds per wall second",
+         "95 % Poisson range of one run's loss count at the asked Pl)", bursts_table(s)),
+        ("Artefacts per run (every scale): lateness, spurious retransmissions, paper seconds per wall second",
          artefacts_table(summary)),
         ("Figs. 5-12: the cwnd trace drawn for each point (the paper's cases and the others)", cwnd_index),
     ]
+    scales = scale_table(summary)
+    if not scales.empty:
+        tables.append(("Scale invariance: throughput per source at each scale against the largest N "
+                       "(Fieller's 95 % interval of the ratio)", scales))
     if not missing.empty:
         tables.append((f"Per-point files missing or unreadable ({len(missing)}): their figures lack these runs",
                        missing))
-    found = evaluate(summary)
+    found = evaluate(s)
     table = findings.write(found, out, preamble=f"E2, scale {scale} (n_paper / n_sources per path class). Rule "
                                                 f"and margins: docs/e2.md, section Findings.")
     tables.append((f"{findings.TITLE}, scale {scale}", table))

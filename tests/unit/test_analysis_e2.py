@@ -315,3 +315,26 @@ def test_a_combined_report_reads_each_runs_own_point_files(tmp_path):
     assert series["run_key"].nunique() == 6 and set(series["path_class"]) == {"slow", "fast"}
     figs, _ = e2.analyse(s, {}, combined / "report")
     assert {"cwnd_slow_wm512_pl1e-3.png", "cwnd_fast_wm64_pl1e-3.png", "fig3_pl1e-3.png"} <= {p.name for p in figs}
+
+
+def test_other_scales_go_to_the_scale_table_only(tmp_path):
+    """A run measuring a point at several N: the findings use each class's main scale (most
+    runs; ties: the largest N); the scale table checks the per-source invariance."""
+    s = pd.concat([summary_of({("slow", 512, 1e-3): 2.0, ("slow", 128, 1e-3): 1.0}, n_sources=8),
+                   summary_of({("slow", 512, 1e-3): 2.0}, n_sources=4, reps=(0.97, 1.0, 1.03)),
+                   summary_of({("slow", 512, 1e-3): 2.6}, n_sources=2)], ignore_index=True)
+    s["point"] = [f"p{i:04d}" for i in range(len(s))]
+    main = e2.main_scale(s)
+    assert set(main["n_sources"]) == {8} and len(main) == 6
+    table = e2.scale_table(s)
+    assert list(table["n_sources"]) == [2, 4] and set(table["reference n_sources"]) == {8}
+    verdicts = dict(zip(table["n_sources"], table["within 1 +- 0.1"]))
+    assert verdicts == {2: findings.FAILS, 4: findings.HOLDS}
+    assert table.set_index("n_sources").loc[2, "ratio"] == pytest.approx(1.3)
+    out = write_results(tmp_path, s)
+    figs, tables = e2.analyse(s, {}, out)
+    f = {r["id"]: r for _, r in tables[-1][1].iterrows()}
+    assert f["F2-1e-3"]["a_n"] == 3 and "scale 10" in f["F2-1e-3"]["where"]     # 80 / 8, the main scale only
+    assert any(t.startswith("Scale invariance") for t, _ in tables)
+    artefacts = next(v for k, v in tables if k.startswith("Artefacts per run"))
+    assert len(artefacts) == len(s)
