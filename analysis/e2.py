@@ -144,7 +144,7 @@ def load_point_files(results: Path, summary: pd.DataFrame) -> tuple[dict[str, pd
                                                         scale=_scale(row), run_key=str(folder)))
             if why:
                 missing.append({"point": row["point"], "path_class": row["path_class"], "wm": row["wm"],
-                                "pl": row["pl"], "rep": row["rep"], "file": str(path.relative_to(base)),
+                                "pl": row["pl"], "rep": row["rep"], "file": str(path.relative_to(results) if path.is_relative_to(results) else path),
                                 "why": why, "consequence": consequence})
     files = {n: pd.concat(p, ignore_index=True) if p else pd.DataFrame() for n, p in parts.items()}
     cols = ["point", "path_class", "wm", "pl", "rep", "file", "why", "consequence"]
