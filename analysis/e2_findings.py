@@ -203,10 +203,16 @@ def _segments(s: pd.DataFrame, suffix: str) -> Finding:
     needed = "path_class = slow runs with segments_per_source_per_burst"
     if "segments_per_source_per_burst" not in s:
         return not_measured(id, claim, needed + " (column missing)", paper=paper)
-    parts = [against(id, claim, ("segments per source per burst", g["segments_per_source_per_burst"]),
-                     low=MANY_SEGMENTS, paper=paper, where=_where(SLOW, w, p) + suffix,
-                     margin_note="over 3 x the duplicate-ACK threshold of 3")
-             for w, p in _points(s, SLOW) for g in [rows(s, SLOW, w, p)]]
+    parts = []
+    for w, p in _points(s, SLOW):
+        g = rows(s, SLOW, w, p)
+        if g["segments_per_source_per_burst"].isna().all():   # no burst closed in any run
+            parts.append(not_measured(id, claim, f"bursts at {_where(SLOW, w, p)} (none in {len(g)} runs)",
+                                      paper=paper))
+            continue
+        parts.append(against(id, claim, ("segments per source per burst", g["segments_per_source_per_burst"]),
+                             low=MANY_SEGMENTS, paper=paper, where=_where(SLOW, w, p) + suffix,
+                             margin_note="over 3 x the duplicate-ACK threshold of 3"))
     return all_of(id, claim, parts, needed, paper=paper)
 
 

@@ -338,3 +338,29 @@ def test_other_scales_go_to_the_scale_table_only(tmp_path):
     assert any(t.startswith("Scale invariance") for t, _ in tables)
     artefacts = next(v for k, v in tables if k.startswith("Artefacts per run"))
     assert len(artefacts) == len(s)
+
+
+def test_unmeasured_metrics_and_runs_without_bursts(tmp_path):
+    """NaN metrics (no fidelity monitor, no machine record) and a point whose runs closed no
+    burst: the tables say nan / '–', the findings 'not measured', nothing raises."""
+    s = summary_of({("slow", 512, 1e-3): 2.0, ("slow", 512, 1e-2): 0.3})
+    s[["lateness_p99_s", "lateness_max_s", "paper_s_per_wall_s"]] = float("nan")
+    none = s["pl"] == 1e-2
+    s.loc[none, ["bursts", "bursts_closed_time", "bursts_closed_volume", "bursts_lost"]] = 0
+    s.loc[none, ["segments_per_burst", "segments_per_source_per_burst"]] = float("nan")
+    s.loc[none, ["loss_events_rto", "loss_events_fast"]] = 0
+    out = write_results(tmp_path, s)
+    for p in s[none]["point"]:
+        (out.parent / "points" / p / "cwnd.csv").write_text("t_s,src,event,cwnd,ssthresh,ca_state\n")
+    figs, tables = e2.analyse(s, {}, out)
+    t = dict(tables)
+    bursts = next(v for k, v in t.items() if k.startswith("Bursts per run")).set_index("pl")
+    assert bursts.loc[1e-2, "asked Pl inside"] == "–" and math.isnan(bursts.loc[1e-2, "lo95"])
+    assert bursts.loc[1e-2, "95 % range of lost per run"] == "0..0"
+    missing = next(v for k, v in t.items() if k.startswith("Per-point files missing"))
+    assert set(missing["why"]) == {"no rows"} and len(missing) == 3
+    f = {x.id: x for x in evaluate(s)}
+    assert f["F1b"].verdict == findings.HOLDS and len(f["F1b"].parts) == 2      # the Pl 1e-3 point decides
+    assert f["F1b"].parts[1].verdict == findings.NOT_MEASURED and "none in 3 runs" in f["F1b"].parts[1].reason
+    artefacts = next(v for k, v in t.items() if k.startswith("Artefacts per run"))
+    assert artefacts["lateness max [us]"].isna().all()
