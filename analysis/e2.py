@@ -582,11 +582,11 @@ def analyse(summary: pd.DataFrame, config: dict, out: Path) -> tuple[list[Path],
     figs: list[Path] = []
     figs += fig3(files["throughput_series.csv"], s, out)
     figs.append(fig4(s, out))
+    cwnd_figs, cwnd_index = cwnd_figures(files["cwnd.csv"], s, out)    # the paper's order: 3, 4, 5-12, 13
+    figs += cwnd_figs
     f13 = fig13(s, out)
     if f13:
         figs.append(f13)
-    cwnd_figs, cwnd_index = cwnd_figures(files["cwnd.csv"], s, out)
-    figs += cwnd_figs
     delay = assembly_figure(files["assembly_delay.csv"], s, out)
     if delay:
         figs.append(delay)
