@@ -17,6 +17,19 @@
  *   TCP_CONNECT / ACTIVE_ESTABLISHED / PASSIVE_ESTABLISHED
  *                                   bpf_setsockopt(TCP_BPF_RTO_MIN, tb_rto_min_us)
  *                                   bpf_setsockopt(TCP_BPF_DELACK_MAX, tb_delack_max_us)
+ *   ACTIVE_ESTABLISHED / PASSIVE_ESTABLISHED
+ *                                   bpf_setsockopt(TCP_BPF_SNDCWND_CLAMP, tb_sndcwnd_clamp):
+ *                                   snd_cwnd_clamp = the maximum congestion window
+ *                                   Wm in segments (cwnd never exceeds it: slow start,
+ *                                   congestion avoidance, undo and the initial window
+ *                                   all min() with it). The 6.1 kernel also sets
+ *                                   snd_ssthresh = Wm there (net/core/filter.c), so the
+ *                                   first slow start ends at Wm, where the clamp holds
+ *                                   cwnd anyway. These callbacks run in
+ *                                   tcp_init_transfer() after tcp_init_metrics() (which
+ *                                   would apply a route `cwnd lock`, skipped with
+ *                                   tcp_no_metrics_save) and before the congestion
+ *                                   module's .init and the first data segment.
  * A zero rodata value leaves that setting at the kernel default. Always returns 1.
  *
  * The rodata names carry a tb_ prefix: vmlinux.h has clashing plain names.
@@ -33,6 +46,7 @@ const volatile __u64 tb_netns_cookie = 0;
 const volatile __u32 tb_init_rto_jiffies = 0;
 const volatile __u32 tb_rto_min_us = 0;
 const volatile __u32 tb_delack_max_us = 0;
+const volatile __u32 tb_sndcwnd_clamp = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -79,6 +93,9 @@ int tcp_rto(struct bpf_sock_ops *skops)
 	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
 		set_opt(skops, TCP_BPF_RTO_MIN, tb_rto_min_us, TCP_RTO_STAT_RTO_MIN);
 		set_opt(skops, TCP_BPF_DELACK_MAX, tb_delack_max_us, TCP_RTO_STAT_DELACK_MAX);
+		if (skops->op != BPF_SOCK_OPS_TCP_CONNECT_CB)
+			set_opt(skops, TCP_BPF_SNDCWND_CLAMP, tb_sndcwnd_clamp,
+				TCP_RTO_STAT_SNDCWND_CLAMP);
 		break;
 	default:
 		break;

@@ -13,11 +13,15 @@ enum tcp_rto_stat {
 	TCP_RTO_STAT_RTO_MIN = 1,	/* TCP_BPF_RTO_MIN set on a socket */
 	TCP_RTO_STAT_DELACK_MAX = 2,	/* TCP_BPF_DELACK_MAX set on a socket */
 	TCP_RTO_STAT_SETSOCKOPT_ERR = 3,	/* bpf_setsockopt() refused a value */
-	TCP_RTO_STAT_MAX = 4,
+	TCP_RTO_STAT_SNDCWND_CLAMP = 4,	/* TCP_BPF_SNDCWND_CLAMP set on a socket */
+	TCP_RTO_STAT_MAX = 5,
 };
 
 /* Largest values the 6.1 kernel accepts (TCP_RTO_MIN, TCP_DELACK_MAX: 200 ms). */
 #define TCP_RTO_MIN_US_MAX	200000
 #define TCP_DELACK_MAX_US_MAX	200000
+/* Largest maximum congestion window (segments) the loader accepts; the profile option
+ * max_window has the same bound (testbed/cc/profiles.py MAX_WINDOW_BOUNDS). */
+#define TCP_SNDCWND_CLAMP_MAX	65535
 
 #endif /* TCP_RTO_H */

@@ -45,6 +45,25 @@ PAPER_SAW_RTO_MAX_S = 60.0
 TCP_RTO_MAX_S = 120.0
 #: Bounds of the profile option initial_window (segments; route attribute initcwnd).
 INITIAL_WINDOW_BOUNDS = (1, 1000)
+#: Bounds of the profile option max_window (segments; snd_cwnd_clamp). The kernel takes
+#: any int > 0; above 65535 segments the buffers the profile sets for it (below) pass
+#: 256 MiB per socket at MSS 1448, more than a guest has. E2's Wm is 64..512.
+MAX_WINDOW_BOUNDS = (1, 65535)
+#: Bounds of the profile option mss (TCP payload bytes per full segment). 88 is the
+#: kernel's TCP_MIN_MSS; the upper bound is a 9000 B MTU less IPv4, TCP and timestamp
+#: headers. settings() also checks it against the host's MTU.
+MSS_BOUNDS = (88, 8948)
+#: IPv4 + TCP header bytes without options, and the TCP timestamp option (10 B + 2 NOP).
+TCPIP_HEADER_BYTES, TIMESTAMP_OPTION_BYTES = 40, 12
+ETHERNET_HEADER_BYTES = 14
+#: Upper bound of the memory the kernel charges a socket for one segment beyond its
+#: payload (skb truesize - payload on 6.1 x86-64: struct sk_buff 232 B and
+#: skb_shared_info 320 B, cache-aligned, plus a head of at most MAX_TCP_HEADER 320 B).
+SKB_OVERHEAD_BYTES = 1024
+#: Linux 6.1 defaults of net.ipv4.tcp_rmem / tcp_wmem (min, default, max bytes); a
+#: max_window profile only raises them.
+KERNEL_TCP_RMEM = (4096, 131072, 6291456)
+KERNEL_TCP_WMEM = (4096, 16384, 4194304)
 
 #: Kernel timer constants of Linux 6.1 that act in emulation time (undilated), with
 #: their kernel value in seconds; ``undilated_timers`` converts them to paper time.
@@ -117,6 +136,14 @@ class Profile:
     ``initial_window`` (segments 1..1000, route ``initcwnd``; None = the profile's
     default: kernel 10, or 1 for the paper's profiles), ``quickack`` (0 or 1, route
     ``quickack``: 1 = an ACK for every segment, no delayed ACKs).
+
+    Options of the window-based profiles (not ``saw`` / ``sawl``, which have one
+    segment in flight): ``max_window`` (segments 1..65535: the maximum congestion
+    window Wm; the sender's ``snd_cwnd_clamp``, set by the host's sock_ops program
+    when a connection is established, and socket buffers that never limit below it;
+    see :meth:`max_window_settings`), ``mss`` (TCP payload bytes per full segment,
+    88..8948 and at most MTU - 52: route ``advmss`` = mss + 12 (timestamp option) on
+    the host's routes; see :meth:`mss_settings`).
     """
 
     name: ClassVar[str] = ""
@@ -134,7 +161,8 @@ class Profile:
     initcwnd: ClassVar[int | None] = None
     #: options accepted: name -> Dim or "int"
     options_spec: ClassVar[dict[str, Any]] = {"init_rto": Dim.TIME, "rto_min": Dim.TIME,
-                                              "initial_window": "int", "quickack": "int"}
+                                              "initial_window": "int", "quickack": "int",
+                                              "max_window": "int", "mss": "int"}
     differences: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, **options: Any) -> None:
@@ -176,6 +204,10 @@ class Profile:
             return INITIAL_WINDOW_BOUNDS
         if option == "quickack":
             return (0, 1)
+        if option == "max_window":
+            return MAX_WINDOW_BOUNDS
+        if option == "mss":
+            return MSS_BOUNDS
         spec = modules.OUR_MODULES.get(cls.algorithm, {})
         if option in spec:
             lo, hi, _default, _doc = spec[option]
@@ -206,6 +238,11 @@ class Profile:
                             "requested_emulation_s": emu, "route_ms": ms, "effective_s": j / hz,
                             "effective_paper_s": tdf.time_to_paper(j / hz)}
             s["route"]["rto_min"] = f"{ms}ms"  # iproute2 always locks rto_min
+            if rto_min is not None:
+                s["differences"].append(
+                    f"min RTO {_fmt_s(rto_min.si)} (paper): Linux bounds the variance term, RTO = SRTT + "
+                    "max(4 RTTVAR, min RTO) (so every RTO after the first data ACK is >= SRTT + min RTO), "
+                    "where ns-2's minrto_ bounds the whole value, max(minrto_, SRTT + 4 RTTVAR)")
         quickack = self.options.get("quickack", 1 if self.quickack else None)
         if quickack is not None:
             s["route"]["quickack"] = str(quickack)
@@ -214,6 +251,14 @@ class Profile:
             s["route"]["initcwnd"] = str(window)
         s["initial_window_segments"] = window if window is not None else "kernel default (10)"
         s["per_packet_acks"] = quickack == 1
+        if "mss" in self.options:
+            s["mss"] = self.mss_settings(self.options["mss"], mtu)
+            s["route"]["advmss"] = str(s["mss"]["route_advmss"])
+            s["sysctls"]["net.ipv4.tcp_timestamps"] = "1"
+        if "max_window" in self.options:
+            mss = self.options.get("mss", mtu - TCPIP_HEADER_BYTES - TIMESTAMP_OPTION_BYTES)
+            s["max_window"] = self.max_window_settings(self.options["max_window"], mss)
+            s["sysctls"].update(s["max_window"]["sysctls"])
         if self.name not in KERNEL_DEFAULT_PROFILES or self.options:
             s["undilated_timers"] = undilated_timers(tdf, hz)
             s["differences"].append(
@@ -222,6 +267,64 @@ class Profile:
                     f"{t['name']} {_fmt_s(t['kernel_s'])} ({_fmt_s(t['paper_s'])})"
                     for t in s["undilated_timers"])))
         return s
+
+    @staticmethod
+    def mss_settings(mss: int, mtu: int) -> dict[str, Any]:
+        """How a payload of ``mss`` bytes per full segment is obtained, as recorded.
+
+        The route attribute ``advmss`` of every route of the host is the MSS the host
+        advertises in its SYN / SYN-ACK (RFC 9293: segment size without TCP options).
+        The peer's sender then uses tcp_sync_mss(): min(MTU - 40, advertised MSS) less
+        its own TCP option bytes per segment; with timestamps (on: net.ipv4.tcp_timestamps
+        = 1) that is 12 B, so advmss = mss + 12 gives exactly ``mss`` payload bytes per
+        segment. Data segments of a one-way transfer carry no SACK blocks (the sender
+        receives nothing out of order), so the payload is constant. Both ends must carry
+        the profile: the *receiver's* advmss sets the sender's segments.
+
+        Raises DefinitionError (key ``cca.mss``) when mss + 52 exceeds ``mtu`` (bytes)."""
+        advmss = mss + TIMESTAMP_OPTION_BYTES
+        if advmss + TCPIP_HEADER_BYTES > mtu:
+            raise DefinitionError("cca.mss", mss, f"at most {mtu - TCPIP_HEADER_BYTES - TIMESTAMP_OPTION_BYTES} "
+                                  f"(MTU {mtu} B - 40 B IPv4/TCP headers - 12 B timestamp option)")
+        ip = mss + TCPIP_HEADER_BYTES + TIMESTAMP_OPTION_BYTES
+        return {"payload_bytes": mss, "timestamps": True, "tcp_option_bytes": TIMESTAMP_OPTION_BYTES,
+                "route_advmss": advmss, "ip_datagram_bytes": ip, "ethernet_frame_bytes": ip + ETHERNET_HEADER_BYTES,
+                "mechanism": f"route advmss {advmss} on every route of each host with the profile "
+                             f"(advertised MSS {advmss} B - 12 B timestamp option = {mss} B payload per segment)"}
+
+    @staticmethod
+    def max_window_settings(segments: int, mss: int) -> dict[str, Any]:
+        """The maximum congestion window Wm = ``segments`` and the buffers for it, as recorded.
+
+        Mechanism: the host's sock_ops program (ebpf/tcp_rto.bpf.c) calls
+        bpf_setsockopt(TCP_BPF_SNDCWND_CLAMP, Wm) at ACTIVE/PASSIVE_ESTABLISHED, i.e. in
+        tcp_init_transfer() before the first data segment; every cwnd update of the
+        kernel (slow start, congestion avoidance, undo, initial window) is bounded by
+        snd_cwnd_clamp. The kernel also sets snd_ssthresh = Wm there, so the first slow
+        start ends where the clamp holds cwnd anyway. (A route ``cwnd lock`` would not
+        do: tcp_init_metrics() reads it from the TCP metrics cache, which the paper
+        profiles bypass with tcp_no_metrics_save = 1.)
+
+        Buffers: neither end may limit the window below Wm. The receive window is at most
+        rcvbuf / 2 (tcp_adv_win_scale = 1, set), and each queued segment (in order, or
+        out of order during SACK recovery) is charged up to mss + SKB_OVERHEAD_BYTES;
+        the sender's autotuned sndbuf is 2 x cwnd x the same per-segment memory, capped by
+        tcp_wmem[2]. So X = 4 x Wm x (mss + SKB_OVERHEAD_BYTES) (twice what a full window
+        needs) and tcp_rmem = "4096 max(131072, X) max(6291456, X)" (the receiver starts
+        with rcvbuf X, so its window can open to Wm without waiting for autotuning),
+        tcp_wmem = "4096 16384 max(4194304, X)" (autotuning grows sndbuf with cwnd).
+        A receive window >= Wm x mss bytes needs the profile on the receiving host too."""
+        x = 4 * segments * (mss + SKB_OVERHEAD_BYTES)
+        rmem = (KERNEL_TCP_RMEM[0], max(KERNEL_TCP_RMEM[1], x), max(KERNEL_TCP_RMEM[2], x))
+        wmem = (KERNEL_TCP_WMEM[0], KERNEL_TCP_WMEM[1], max(KERNEL_TCP_WMEM[2], x))
+        return {"segments": segments, "bytes": segments * mss, "mss_bytes": mss,
+                "mechanism": "snd_cwnd_clamp = Wm via bpf_setsockopt(TCP_BPF_SNDCWND_CLAMP) in the "
+                             "host's sock_ops program at ACTIVE/PASSIVE_ESTABLISHED (also sets "
+                             "snd_ssthresh = Wm)",
+                "receive_window_max_bytes": rmem[1] // 2, "send_buffer_max_bytes": wmem[2],
+                "sysctls": {"net.ipv4.tcp_rmem": " ".join(map(str, rmem)),
+                            "net.ipv4.tcp_wmem": " ".join(map(str, wmem)),
+                            "net.ipv4.tcp_adv_win_scale": "1"}}
 
     def initial_rto(self, paper_s: float, tdf: TimeDilation, hz: int,
                     differences: list[str]) -> dict[str, Any]:
@@ -283,13 +386,16 @@ class Profile:
             routes = host_routes(host)
             self._undo.append(("routes", host, routes))
             change_routes(host, [[*route, *attrs] for route in routes])
-        # 4. initial RTO (sock_ops, per netns)
-        if "init_rto" in s:
+        # 4. initial RTO and maximum window (sock_ops, per netns)
+        if "init_rto" in s or "max_window" in s:
             pin = PIN_ROOT / f"{host.emu.token}-cc" / host.name
             info = sockops.attach(ledger, netns=host.netns, pin_dir=pin,
-                                  init_rto_jiffies=s["init_rto"]["jiffies"])
-            s["init_rto"]["netns_cookie"] = info["netns_cookie"]
-            s["init_rto"]["pin_dir"] = str(pin)
+                                  init_rto_jiffies=s["init_rto"]["jiffies"] if "init_rto" in s else 0,
+                                  sndcwnd_clamp=s.get("max_window", {}).get("segments", 0))
+            for key in ("init_rto", "max_window"):
+                if key in s:
+                    s[key]["netns_cookie"] = info["netns_cookie"]
+                    s[key]["pin_dir"] = str(pin)
             self._undo.append(("pin", len(ledger.entries) - 1))
         self.extra_apply(host, s)
         self._host = host
@@ -532,7 +638,8 @@ class Saw(Profile):
     quickack = True
     initcwnd = 1
     options_spec = {k: v for k, v in {**Profile.options_spec, "alpha_pct": "int",
-                                      "beta_pct": "int"}.items() if k != "initial_window"}
+                                      "beta_pct": "int"}.items()
+                    if k not in ("initial_window", "max_window")}
     differences = (
         *PAPER_DIFFERENCES,
         "RTO backoff alpha = 1.1 via the kernel's doubling of ceil(alpha*T/2) jiffies: "

@@ -1,4 +1,4 @@
-"""Per-host initial RTO through the ``tcp_rto`` sock_ops program.
+"""Per-host initial RTO and maximum congestion window through the ``tcp_rto`` sock_ops program.
 
 sock_ops programs attach to a cgroup (v2), not to a network namespace, and the
 testbed's processes all live in the cgroup of whoever started the run. So the
@@ -67,8 +67,14 @@ def cgroup2_root() -> Path:
 
 
 def attach(ledger: Ledger, *, netns: str, pin_dir: Path, init_rto_jiffies: int = 0,
-           rto_min_us: int = 0, delack_max_us: int = 0) -> dict[str, Any]:
-    """Attach ``tcp_rto`` for the sockets of ``netns``; returns the loader's JSON."""
+           rto_min_us: int = 0, delack_max_us: int = 0, sndcwnd_clamp: int = 0) -> dict[str, Any]:
+    """Attach ``tcp_rto`` for the sockets of ``netns``; returns the loader's JSON.
+
+    ``init_rto_jiffies``: reply to TIMEOUT_INIT; ``rto_min_us`` / ``delack_max_us``:
+    TCP_BPF_RTO_MIN / TCP_BPF_DELACK_MAX at connect and establishment;
+    ``sndcwnd_clamp``: maximum congestion window in segments (TCP_BPF_SNDCWND_CLAMP at
+    establishment, 1..65535). 0 leaves a setting at the kernel's default. Raises
+    SockopsError when the loader is missing or refuses (its message names the step)."""
     if not LOADER.exists():
         raise SockopsError(f"{LOADER} is not built: run `make -C {EBPF_DIR}` (or make setup)")
     if PIN_ROOT not in pin_dir.parents:
@@ -77,7 +83,8 @@ def attach(ledger: Ledger, *, netns: str, pin_dir: Path, init_rto_jiffies: int =
     ledger.add("bpf-pin", path=str(pin_dir))
     argv = [str(LOADER), "attach", "--cgroup", str(cgroup2_root()), "--netns", netns,
             "--pin-dir", str(pin_dir), "--init-rto-jiffies", str(init_rto_jiffies),
-            "--rto-min-us", str(rto_min_us), "--delack-max-us", str(delack_max_us)]
+            "--rto-min-us", str(rto_min_us), "--delack-max-us", str(delack_max_us),
+            "--sndcwnd-clamp", str(sndcwnd_clamp)]
     try:
         out = cmd.run(argv)
     except CommandError as exc:

@@ -25,6 +25,14 @@ checks its profile's invariants on what the tracer saw, never on our own code:
 * Swapping: set-default changes new connections only; unloading a module in use
   is refused with a clear message; afterwards no module reference is left.
 * Module parameters out of range are refused at load (rto_max_ms above TCP_RTO_MAX too).
+* E2's settings (``sack`` with ``max_window`` and ``mss``): with max_window = 8 a bulk
+  flow's cwnd (the socket's own TCP_INFO, polled every millisecond) reaches 8 and never
+  exceeds it, where the same path without the option takes cwnd above 8; with
+  max_window = 512 and mss = 512 (E2's largest Wm) on a path whose BDP exceeds 512
+  segments cwnd reaches 512, so neither end's buffers limit the window below Wm. At
+  D = 1000 the RTO of the paper (30 ms slow, 10.5 ms fast, as initial and minimum RTO)
+  is 30 s / 10.5 s of kernel time: the RTO after the handshake (the one the first data
+  segment is armed with) is exactly that, and after data it is SRTT + the minimum.
 
 The measured numbers are written to results/cc-invariants.json (the resolution
 report's table).
@@ -45,7 +53,7 @@ import pytest
 
 from helpers import REPO, require_features, require_root, run_testbed
 from testbed import hostclock
-from testbed.cc import modules
+from testbed.cc import modules, sockops
 from testbed.cc.selection import CcaSelection, Choice, applied
 from testbed.cc.trace import CwndTracer, Sample, netns_inode, per_socket, write_csv
 from testbed.dilation import TimeDilation
@@ -531,3 +539,122 @@ def test_no_module_reference_left():
         left[name] = modules.refcount(f"tcp_{name}")
     MEASURED["after_run_refcounts"] = left
     assert all(v is None for v in left.values()), left
+
+
+# ---- E2: maximum window, MSS, RTO at D = 1000 ----------------------------------------------
+# Sender: connect, send NBYTES from a thread while the main thread polls the socket's
+# TCP_INFO every millisecond; prints the largest cwnd / packets unacked seen, the
+# ssthresh values seen and the final TCP_INFO, as JSON.
+BULK = r"""
+import json, socket, sys, threading, time
+from testbed.traffic import tcpinfo
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+after_connect = tcpinfo.read(s)
+t = threading.Thread(target=s.sendall, args=(b"x" * int(sys.argv[3]),))
+t.start()
+cwnds, unacked, ssth, polls = [], 0, set(), 0
+while True:
+    i = tcpinfo.read(s)
+    polls += 1
+    cwnds.append(i["snd_cwnd"])
+    unacked = max(unacked, i["unacked"])
+    ssth.add(i["snd_ssthresh"])
+    if not t.is_alive() and i["unacked"] == 0:
+        break
+    time.sleep(0.001)
+print(json.dumps({"max_cwnd": max(cwnds), "max_unacked": unacked, "ssthresh_seen": sorted(ssth)[:20],
+                  "polls": polls, "cwnd_first": cwnds[:5], "after_connect": after_connect,
+                  "final": tcpinfo.read(s)}), flush=True)
+s.close()
+"""
+SINK = ("import socket,sys\ns=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
+        "s.bind(('0.0.0.0',int(sys.argv[1])));s.listen(1);c,_=s.accept();n=0\n"
+        "while True:\n b=c.recv(65536)\n if not b: break\n n+=len(b)\nprint(n,flush=True)")
+
+
+def bulk(emu, port: int, nbytes: int) -> dict:
+    """One bulk transfer h1 -> h2 of ``nbytes``; the sender's JSON report."""
+    h1, h2 = emu["h1"], emu["h2"]
+    sink = h2.popen([sys.executable, "-c", SINK, str(port)], stdout=subprocess.PIPE)
+    wait_listening(h2, port, timeout_s=30)
+    out = h1.run([sys.executable, "-c", BULK, h2.ip, str(port), str(nbytes)], timeout=600).stdout
+    got = int(hostclock.communicate(sink, timeout_s=60)[0].split()[0])
+    assert got == nbytes
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_max_window_clamps_cwnd(ledger):
+    """max_window = 8: cwnd reaches 8 and never exceeds it; without it cwnd exceeds 8."""
+    # paper 100 Mbit/s, 1 ms one way: RTT 40 ms emulated, BDP ~48 segments of 512 B
+    shape = LinkShape(rate_bps=D.rate_to_emulation(100e6), delay_s=D.time_to_emulation(1e-3), queue_packets=1000)
+    runs = {}
+    with Emulation(TwoHostPath(shape=shape, switch="none"), ledger, "mw" + secrets.token_hex(2)) as emu:
+        for name, opts, port in (("max_window_8", {"max_window": 8, "mss": 512}, 7401),
+                                 ("no_max_window", {"mss": 512}, 7402)):
+            with applied(emu, CcaSelection(Choice("sack", opts)), D, 100e6) as eff:
+                rec = bulk(emu, port, 200 * 512)
+                if "max_window" in eff["h1"]:
+                    rec["sockops_stats_h1"] = sockops.stats(Path(eff["h1"]["max_window"]["pin_dir"]))
+                    rec["sockops_stats_h2"] = sockops.stats(Path(eff["h2"]["max_window"]["pin_dir"]))
+                    rec["rmem_h2"] = emu["h2"].sysctl_get("net.ipv4.tcp_rmem")
+                rec["effective"] = {k: eff["h1"].get(k) for k in ("max_window", "mss")}
+            runs[name] = rec
+    MEASURED["max_window"] = runs
+    print(json.dumps({k: {kk: vv for kk, vv in v.items() if kk not in ("after_connect", "final")}
+                      for k, v in runs.items()}, indent=1, default=str))
+    clamped, free = runs["max_window_8"], runs["no_max_window"]
+    assert clamped["max_cwnd"] == 8, clamped            # reached, never above
+    assert clamped["max_unacked"] <= 8, clamped
+    assert clamped["final"]["snd_mss"] == 512 and free["final"]["snd_mss"] == 512
+    assert 8 in clamped["ssthresh_seen"], clamped       # the kernel sets ssthresh = clamp too
+    assert clamped["sockops_stats_h1"]["sndcwnd_clamp"] >= 1, clamped
+    assert clamped["sockops_stats_h1"]["setsockopt_errors"] == 0, clamped
+    assert clamped["sockops_stats_h2"]["sndcwnd_clamp"] >= 1, clamped    # the passive side
+    assert clamped["rmem_h2"].split() == clamped["effective"]["max_window"]["sysctls"]["net.ipv4.tcp_rmem"].split()
+    assert free["max_cwnd"] > 8, free                   # the path lets cwnd grow without it
+
+
+def test_max_window_512_is_reached(ledger):
+    """E2's largest Wm with its MSS: on a path whose BDP exceeds 512 segments, cwnd reaches
+    512 (cwnd only grows while the flow is cwnd-limited, so neither the receive window nor
+    the send buffer held it below Wm) and stays there."""
+    # emulation units: 20 Mbit/s, 100 ms one way -> BDP 500 kB ~ 880 full segments of 564 B
+    shape = LinkShape(rate_bps=20e6, delay_s=0.100, queue_packets=2000)
+    with Emulation(TwoHostPath(shape=shape, switch="none"), ledger, "mw" + secrets.token_hex(2)) as emu:
+        # a min RTO well above the guest's scheduling jitter: with one jiffy (the profile's
+        # default) an RTO of SRTT + 4 ms fired spuriously early in slow start once
+        opts = {"max_window": 512, "mss": 512, "init_rto": "100 ms", "rto_min": "100 ms"}
+        with applied(emu, CcaSelection(Choice("sack", opts)), D, 20e6) as eff:
+            rec = bulk(emu, 7403, 4096 * 512)
+    rec["effective"] = eff["h1"]["max_window"]
+    MEASURED["max_window_512"] = {k: v for k, v in rec.items() if k != "after_connect"}
+    print(json.dumps({k: v for k, v in rec.items() if k not in ("after_connect",)}, indent=1, default=str))
+    assert rec["max_cwnd"] == 512, rec
+    assert rec["final"]["snd_mss"] == 512
+    assert rec["final"]["total_retrans"] == 0, rec      # no loss: the queue held every window
+
+
+@pytest.mark.parametrize("path_class,rto", [("slow", "30 ms"), ("fast", "10.5 ms")])
+def test_e2_rto_at_d_1000(path_class, rto, ledger):
+    """init_rto = rto_min = the paper's RTO at D = 1000: the RTO after the handshake (armed
+    for the first data segment) is RTO x D exactly (whole jiffies), and once data was
+    ACKed it is SRTT + RTO x D (Linux bounds the variance term by the minimum)."""
+    d = TimeDilation(1000)
+    shape = LinkShape(delay_s=0.002)
+    with Emulation(TwoHostPath(shape=shape, switch="none"), ledger, "rt" + secrets.token_hex(2)) as emu:
+        sel = CcaSelection(Choice("sack", {"init_rto": rto, "rto_min": rto, "mss": 512, "max_window": 64}))
+        with applied(emu, sel, d, 100e6) as eff:
+            route = emu["h1"].run(["ip", "route", "show"]).stdout
+            rec = bulk(emu, 7404, 64 * 512)
+    want_s = eff["h1"]["init_rto"]["effective_s"]
+    rec.update({"route": route, "init_rto": eff["h1"]["init_rto"], "rto_min": eff["h1"]["rto_min"]})
+    MEASURED.setdefault("e2_rto_d1000", {})[path_class] = {k: v for k, v in rec.items()}
+    print(path_class, json.dumps(rec, indent=1, default=str))
+    assert want_s == pytest.approx({"slow": 30.0, "fast": 10.5}[path_class])
+    assert eff["h1"]["rto_min"]["effective_s"] == pytest.approx(want_s)
+    assert f"rto_min lock {want_s:g}s" in route, route
+    # after the handshake: exactly the initial RTO (tcp_info reports jiffies in us)
+    assert rec["after_connect"]["rto_us"] == round(want_s * 1e6), rec["after_connect"]
+    # after data: SRTT + max(RTTVAR terms, min RTO) = SRTT + min RTO, rounded up to a jiffy
+    f = rec["final"]
+    assert want_s * 1e6 + f["rtt_us"] <= f["rto_us"] <= want_s * 1e6 + f["rtt_us"] + 4 * f["rttvar_us"] + 8000, f

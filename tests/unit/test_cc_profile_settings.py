@@ -222,3 +222,101 @@ def test_e1_passes_initial_window_and_refuses_it_for_saw():
                     "spurious_fraction": 0.005}
     import math
     assert math.isnan(retransmission_columns([])["spurious_fraction"])
+
+
+# ---- E2: maximum window, MSS, the paper's RTO ------------------------------------------------
+@pytest.mark.parametrize("key,value", [("max_window", 0), ("max_window", 65536), ("max_window", 2.5),
+                                       ("max_window", True), ("mss", 87), ("mss", 8949), ("mss", "512")])
+def test_max_window_and_mss_bounds_name_key_value_and_range(key, value):
+    with pytest.raises(DefinitionError) as exc:
+        profiles.make("sack", {key: value})
+    assert exc.value.key == f"cca.{key}" and exc.value.value == value
+    lo, hi = {"max_window": (1, 65535), "mss": (88, 8948)}[key]
+    if not isinstance(value, (str, float)) and value is not True:
+        assert f"{lo}..{hi}" in exc.value.accepted
+    for ok in (lo, hi):
+        assert profiles.make("sack", {key: ok}).options[key] == ok
+
+
+def test_saw_has_no_max_window_and_mss_must_fit_the_mtu():
+    for name in ("saw", "sawl"):
+        with pytest.raises(DefinitionError) as exc:
+            profiles.make(name, {"max_window": 8})
+        assert exc.value.key == "cca.max_window"
+    # 1448 B of payload + 12 B timestamps + 40 B headers = 1500 B: the largest at MTU 1500
+    assert profiles.make("sack", {"mss": 1448}).settings(TimeDilation(1), mtu=1500)["mss"]["ip_datagram_bytes"] == 1500
+    with pytest.raises(DefinitionError) as exc:
+        profiles.make("sack", {"mss": 1449}).settings(TimeDilation(1), mtu=1500)
+    assert exc.value.key == "cca.mss" and "1448" in exc.value.accepted
+
+
+def test_e2_mss_is_512_payload_bytes_through_advmss():
+    s = profiles.make("sack", {"mss": 512}).settings(TimeDilation(1000), mtu=1500, hz=250)
+    # RFC 9293: the advertised MSS excludes TCP options; the sender subtracts the 12 B of
+    # the timestamp option it puts in every segment -> 512 B of payload
+    assert s["route"]["advmss"] == "524" and s["sysctls"]["net.ipv4.tcp_timestamps"] == "1"
+    assert s["mss"] == {**s["mss"], "payload_bytes": 512, "route_advmss": 524, "ip_datagram_bytes": 564,
+                        "ethernet_frame_bytes": 578, "timestamps": True}
+
+
+def per_mss_sndbuf(mss: int) -> int:
+    """tcp_sndbuf_expand()'s memory per segment in 6.1 (x86-64): payload + MAX_TCP_HEADER
+    (320) + SKB_DATA_ALIGN(sizeof(struct skb_shared_info)) (320), rounded up to a power of 2."""
+    v = mss + 320 + 320
+    return 1 << (v - 1).bit_length()
+
+
+@pytest.mark.parametrize("wm,mss", [(8, 512), (64, 512), (512, 512), (512, 1448), (65535, 1448), (65535, 88)])
+def test_max_window_settings_and_buffers_that_never_limit_below_it(wm, mss):
+    opts = {"max_window": wm, "mss": mss} if mss != 1448 else {"max_window": wm}
+    s = profiles.make("sack", opts).settings(TimeDilation(1000), mtu=1500, hz=250)
+    mw = s["max_window"]
+    assert mw["segments"] == wm and mw["mss_bytes"] == mss and mw["bytes"] == wm * mss
+    assert "TCP_BPF_SNDCWND_CLAMP" in mw["mechanism"] and "ssthresh" in mw["mechanism"]
+    rmem = [int(x) for x in s["sysctls"]["net.ipv4.tcp_rmem"].split()]
+    wmem = [int(x) for x in s["sysctls"]["net.ipv4.tcp_wmem"].split()]
+    assert s["sysctls"]["net.ipv4.tcp_adv_win_scale"] == "1"
+    # never below the kernel's defaults (4096 131072 6291456 / 4096 16384 4194304)
+    assert rmem[0] == 4096 and rmem[1] >= 131072 and rmem[2] >= max(6291456, rmem[1])
+    assert wmem[:2] == [4096, 16384] and wmem[2] >= 4194304
+    # receiver: window = rcvbuf / 2 (adv_win_scale 1) must hold Wm segments at their
+    # memory cost (truesize <= payload + 1 KiB), from the start (rmem[1] is the initial rcvbuf)
+    assert rmem[1] // 2 >= wm * (mss + 1024)
+    # sender: autotuning wants 2 x cwnd x per-segment memory; tcp_wmem[2] must allow it at cwnd = Wm
+    assert wmem[2] >= 2 * wm * per_mss_sndbuf(mss)
+    assert mw["sysctls"] == {k: v for k, v in s["sysctls"].items() if k in mw["sysctls"]}
+
+
+@pytest.mark.parametrize("rto,tdf,jiffies,route_ms", [
+    ("30 ms", 1000, 7500, "30000ms"), ("10.5 ms", 1000, 2625, "10500ms"),
+    ("10.5 ms", 1024, 2688, "10752ms"), ("30 ms", 999, 7493, "29970ms")])
+def test_e2_rto_is_initial_and_minimum_rto_at_d_1000(rto, tdf, jiffies, route_ms):
+    """The paper's "RTO is set to 30 ms" (slow) / 10.5 ms (fast): init_rto = rto_min = that,
+    x D, in whole jiffies (HZ = 250: 4 ms), never early."""
+    s = profiles.make("sack", {"init_rto": rto, "rto_min": rto}).settings(TimeDilation(tdf), hz=250)
+    paper = float(rto.split()[0]) * 1e-3
+    init, low = s["init_rto"], s["rto_min"]
+    assert init["jiffies"] == jiffies and init["clamped"] is False
+    assert init["effective_s"] == pytest.approx(jiffies / 250)
+    assert init["effective_s"] >= paper * tdf - 1e-9
+    assert init["effective_s"] - paper * tdf < 1 / 250
+    assert init["effective_paper_s"] == pytest.approx(jiffies / 250 / tdf)
+    assert s["route"]["rto_min"] == route_ms
+    assert low["requested_paper_s"] == pytest.approx(paper) and low["effective_s"] >= paper * tdf - 1e-9
+    # the difference from ns-2's minrto_ is written down with the run
+    assert any("SRTT + max(4 RTTVAR, min RTO)" in d and "ns-2" in d for d in s["differences"])
+
+
+def test_definition_accepts_e2_options_and_the_manifest_records_them():
+    from testbed import manifest
+
+    defn = validate({"experiment": {"name": "t", "family": "netem-path"}, "run": {"tdf": 1000},
+                     "cca": {"profile": "sack", "init_rto": "30 ms", "rto_min": "30 ms", "max_window": 512,
+                             "mss": 512}})
+    rec = manifest.congestion_control(defn)["hosts"]["h1"]
+    assert rec["max_window"]["segments"] == 512 and rec["mss"]["payload_bytes"] == 512
+    assert rec["init_rto"]["effective_paper_s"] == pytest.approx(0.030)
+    assert rec["route"]["advmss"] == "524" and rec["route"]["rto_min"] == "30000ms"
+    with pytest.raises(DefinitionError) as exc:
+        validate({"experiment": {"name": "t", "family": "netem-path"}, "cca": {"profile": "sack", "max_window": 0}})
+    assert exc.value.key == "cca.max_window"
