@@ -315,6 +315,9 @@ static __always_inline void hold_record(struct optsw_hold_hist *hh, __u64 now, _
 	b = hold_bucket(d);
 	if (b == OPTSW_HOLD_BUCKETS - 1)
 		__sync_fetch_and_add(&hh->over, 1);
+	/* The mask bounds the index for the verifier (6.1 loses the clamp's bound, see
+	 * OPTSW_LATE_BUCKETS); the barrier keeps clang from dropping it as redundant. */
+	barrier_var(b);
 	b &= OPTSW_HOLD_BUCKETS - 1;
 	__sync_fetch_and_add(&hh->bucket[b], 1);
 	__sync_fetch_and_add(&hh->count, 1);
