@@ -15,8 +15,8 @@ Both are CLOCK_REALTIME, read by the same kernel. The reference model is run on 
 measured arrivals (frame lengths as received) and every packet's release is compared
 with it; burst membership (from the control packets: id, class, packets, bytes,
 reason) must be identical, control packets must precede their bursts. The capture is
-written to results/obsburst-guest-<trace>.pcap and decoded by tshark with the
-dissector (testbed/optical/obsburst.lua) when tshark is installed.
+written to pytest's temporary directory (obsburst-guest-<trace>.pcap) and decoded by
+tshark with the dissector (testbed/optical/obsburst.lua) when tshark is installed.
 
 Tolerance: release - reference in [-TOL_EARLY, TOL_LATE]. The arrival stamp is taken
 a few hundred instructions before the qdisc reads its clock (the qdisc's burst opens
@@ -31,7 +31,8 @@ error can hide in it. An arrival within 2 us of a Tmax deadline is the one case 
 the measurement cannot say on which side of the deadline the qdisc saw it; there the
 reference is also evaluated with that arrival on the other side, and the variant that
 matches the kernel's bursts is used (counted as ``boundary_arrivals_resolved``). The
-measured distribution is written to results/obsburst-guest.json.
+measured distribution is written next to the captures (obsburst-guest.json) and
+printed (``OBSBURST_MEASURED``, shown with ``pytest -s``).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ import time
 
 import pytest
 
-from helpers import REPO, require_features, require_root
+from helpers import require_features, require_root
 from testbed import cmd, hostclock, nsops, setns
 from testbed.ledger import Ledger
 from testbed.optical import obsburst
@@ -67,14 +68,13 @@ TOL_EARLY, TOL_LATE = 2_000, 50_000
 #: an arrival this close to a Tmax deadline may be on either side of it for the qdisc
 #: (its enqueue reads the clock ~2 us after the SCHED stamp, give or take ~0.2 us)
 AMBIG_NS = 2_000
-RESULTS = REPO / "results" / "obsburst-guest.json"
 MEASURED: dict[str, dict] = {}
 #: UDP payload sizes: frames of 242..1442 B (14 + 20 + 8 + payload)
 PAYLOAD = (200, 1400)
 
 
 @pytest.fixture(scope="module")
-def env():
+def env(tmp_path_factory):
     require_root()
     require_features("netns", "modules")
     if not (obsburst.KERNEL_DIR / "sch_obsburst.ko").exists():
@@ -83,6 +83,7 @@ def env():
     tok = secrets.token_hex(2)
     ns_a, ns_b, dev_a, dev_b = f"obA{tok}", f"obB{tok}", f"oba{tok}", f"obb{tok}"
     was_loaded = obsburst.loaded()
+    out = tmp_path_factory.mktemp("obsburst")
     try:
         for ns in (ns_a, ns_b):
             assert not nsops.netns_exists(ns)
@@ -101,11 +102,11 @@ def env():
         loaded_here = obsburst.load_module(ledger)
         assert loaded_here != was_loaded
         yield {"ledger": ledger, "ns_a": ns_a, "ns_b": ns_b, "dev_a": dev_a, "dev_b": dev_b,
-               "loaded_here": loaded_here}
+               "loaded_here": loaded_here, "out": out}
     finally:
         errors = ledger.teardown()
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(MEASURED, indent=1))
+        (out / "obsburst-guest.json").write_text(json.dumps(MEASURED, indent=1))
+        print(f"\nOBSBURST_MEASURED {out / 'obsburst-guest.json'} {json.dumps(MEASURED)}")
     assert not errors, errors
 
 
@@ -226,8 +227,7 @@ def run_trace(env, name: str, classes: list[ClassParams], seed: int, n: int, mea
         obsburst.remove(env["dev_a"], env["ns_a"])
     summary = compare(name, classes, schedule, sent, stamps, frames, state, tol_late)
     # the capture as tcpdump would write it, decoded by the Wireshark dissector
-    pcap = RESULTS.with_name(f"obsburst-guest-{name}.pcap")
-    pcap.parent.mkdir(parents=True, exist_ok=True)
+    pcap = env["out"] / f"obsburst-guest-{name}.pcap"
     obsburst.write_pcap(pcap, frames)
     if shutil.which("tshark") is not None:
         assert obsburst.tshark_controls(pcap) == [c for _t, f in frames if (c := obsburst.parse_control(f))]
@@ -383,7 +383,7 @@ def test_back_to_back_release_limit(env):
     goes, volume-closed bursts of ~10 packets released back to back at 100 Mbit/s
     (frames 19-115 us) and 1 Gbit/s (1.9-11.5 us, shorter than one release's own
     path). Bursts must still be exact (they are decided at enqueue); release lateness
-    is measured, not bounded (results/obsburst-guest.json, "dense"): it says how far
+    is measured, not bounded (obsburst-guest.json, "dense"): it says how far
     E2 must dilate time."""
     classes = [ClassParams(20 * MS, 8000, 0, 100_000_000), ClassParams(20 * MS, 8000, 0, 1_000_000_000)]
     s = run_trace(env, "dense", classes, seed=5, n=300, mean_gap_ns=[20_000, 20_000], tol_late=None)
