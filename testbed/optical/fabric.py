@@ -215,9 +215,9 @@ class OpticalFabric:
         mech = np.assignment.mechanism
         options = np.assignment.options(np.context, key=f"{np.name}.arch")
         if fresh and mech == np.mechanism and any(np.holds):
-            mech.remove(np.netns, np.devs, np.context)
-            np.mechanism = None
-        if mech != np.mechanism or options != np.options:
+            mech.reset(np.netns, np.devs, options, self.emu.ledger, np.context)
+            np.options = options
+        elif mech != np.mechanism or options != np.options:
             if np.mechanism is not None and np.mechanism != mech:
                 np.mechanism.remove(np.netns, np.devs, np.context)
             mech.install(np.netns, np.devs, options, self.emu.ledger, np.context)

@@ -123,6 +123,12 @@ class Mechanism:
         """Take the qdiscs this mechanism holds packets in off ``devs`` (before teardown,
         so that a module they use can be unloaded). Nothing for a TcQdisc."""
 
+    def reset(self, netns: str | None, devs: Sequence[str], options: Any, ledger: Any,
+              context: NodeContext | None = None) -> None:
+        """Start the holding qdiscs afresh (counters and state zero) with ``options``:
+        removed and installed again on the ports where this mechanism holds packets.
+        Nothing for a TcQdisc (it holds none)."""
+
     def read(self, netns: str | None, devs: Sequence[str], context: NodeContext | None) -> dict[str, Any]:
         """{device: the kernel's state of the qdisc holding its packets (options and
         counters)} for the ports where this mechanism holds packets; none for a TcQdisc."""

@@ -435,6 +435,14 @@ class ObsBurstQdisc(Mechanism):
             if held:
                 remove(dev, netns)
 
+    def reset(self, netns: str | None, devs: Sequence[str], options: Any, ledger: Any,
+              context: NodeContext | None = None) -> None:
+        self.remove(netns, devs, context)
+        self.prepare(ledger)
+        for dev, held in zip(devs, self.holds(devs, context)):
+            if held:
+                install(dev, netns, options)
+
     def read(self, netns: str | None, devs: Sequence[str], context: NodeContext | None) -> dict[str, QdiscState]:
         """{device: :func:`read` of its obsburst qdisc (a :class:`QdiscState`)} for the
         assembling ports."""
