@@ -27,6 +27,7 @@ from testbed.nsops import netns_exists
 from testbed.names import check_ifname, check_node_name
 from testbed.optical import architectures
 from testbed.optical.fabric import OpticalFabric, link_options
+from testbed.optical.layout import MAX_PORTS
 
 if TYPE_CHECKING:
     from testbed.traffic.control import AgentProcess
@@ -226,6 +227,8 @@ class OpticalSwitch(Switch):
         self.role = architectures.check_role(params.get("role", architectures.DEFAULT_SWITCH_ROLE),
                                              key=f"{name}.role", roles=architectures.SWITCH_ROLES)
         ports = sum(name in link for link in emu.topo.links())  # checked before anything exists
+        if not 1 <= ports <= MAX_PORTS:
+            raise DefinitionError(f"{name}.ports", ports, f"an optical switch of 1..{MAX_PORTS} ports (links)")
         self.assignment = architectures.switch_assignment(params, role=self.role, key=name, ports=ports)
         self.rate_bps = float(params.get("rate_bps", 10e9))  # type: ignore[arg-type]
         if not self.rate_bps > 0:

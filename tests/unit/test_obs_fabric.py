@@ -284,3 +284,14 @@ def test_emulation_checks_links_and_loads_the_module_before_any_namespace(monkey
     assert order == ["module", "namespaces"]
     assert net.OpticalSwitch.features({"role": "edge", "arch": SLOW}) >= {
         net.Feature.MODULES, net.Feature.FQ, net.Feature.CLSACT_BPF}
+
+
+def test_an_optical_switch_of_more_ports_than_the_maps_hold_is_refused_before_anything_exists():
+    from testbed.net import OpticalSwitch
+
+    t = Topo()
+    t.addSwitch("edge", cls="optical")
+    for i in range(layout.MAX_PORTS + 1):
+        t.addLink(t.addHost(f"h{i}"), "edge")
+    with pytest.raises(DefinitionError, match=r"'edge\.ports': 33; accepted: an optical switch of 1\.\.32 ports"):
+        OpticalSwitch(SimpleNamespace(topo=t, token="t"), "edge", arch="electronic")  # type: ignore[arg-type]
