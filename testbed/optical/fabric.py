@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from testbed import bpf, nsops
-from testbed.errors import DefinitionError
+from testbed.errors import DefinitionError, TestbedError
 from testbed.optical import architectures, layout, maps
 from testbed.optical.architectures import Assignment
 from testbed.optical.layout import PortConfig
@@ -252,7 +252,7 @@ class OpticalFabric:
                 try:
                     np.mechanism.remove(np.netns, np.devs, np.context)
                     np.mechanism = None
-                except Exception as exc:  # noqa: BLE001 - teardown goes on; the ledger removes the rest
+                except (TestbedError, OSError) as exc:  # teardown goes on; the ledger removes the rest
                     errors.append(f"{np.name}: removing {np.assignment.mechanism.name}: {exc}")
         return errors
 
