@@ -40,6 +40,7 @@
 #include <net/netlink.h>
 #include <net/pkt_sched.h>
 #include <net/sch_generic.h>
+#include <net/sock.h>
 #include "obsburst.h"
 
 struct obsb_skb_cb {
@@ -192,6 +193,15 @@ static int obsb_enqueue(struct sk_buff *skb, struct Qdisc *sch, struct sk_buff *
 		q->st.drops++;
 		return qdisc_drop(skb, sch, to_free);
 	}
+	/*
+	 * The packet left its sender's NIC: complete its transmission for the sending
+	 * socket now, as netem does for delayed packets. Otherwise TCP Small Queues would
+	 * count it against its socket for as long as the burst holds it (Tmax + offset,
+	 * dilated): across veth pairs the socket reference survives the namespace change
+	 * (skb_scrub_packet no longer orphans), and a sender would be held to about two
+	 * packets per burst.
+	 */
+	skb_orphan_partial(skb);
 	obsb_close_due(sch, q, now);
 	c = obsb_classify(q, skb);
 	cl = &q->cls[c];
