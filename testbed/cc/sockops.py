@@ -83,8 +83,9 @@ def attach(ledger: Ledger, *, netns: str, pin_dir: Path, init_rto_jiffies: int =
     ledger.add("bpf-pin", path=str(pin_dir))
     argv = [str(LOADER), "attach", "--cgroup", str(cgroup2_root()), "--netns", netns,
             "--pin-dir", str(pin_dir), "--init-rto-jiffies", str(init_rto_jiffies),
-            "--rto-min-us", str(rto_min_us), "--delack-max-us", str(delack_max_us),
-            "--sndcwnd-clamp", str(sndcwnd_clamp)]
+            "--rto-min-us", str(rto_min_us), "--delack-max-us", str(delack_max_us)]
+    if sndcwnd_clamp:   # only when asked: a loader built before the option still serves the rest
+        argv += ["--sndcwnd-clamp", str(sndcwnd_clamp)]
     try:
         out = cmd.run(argv)
     except CommandError as exc:
