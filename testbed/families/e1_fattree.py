@@ -217,6 +217,14 @@ class E1FatTree(FlowFamily):
         return row
 
 
+def switch_architectures() -> list[architectures.Architecture]:
+    """The port architectures an E1 switch may have: those of the registry for a switch
+    of role core that decide per packet (they have a per-packet reference model). An
+    architecture that needs other nodes to work with it (obs-core, which drops the
+    bursts an obs-edge announces) has no place in a fat-tree of identical switches."""
+    return [a for a in architectures.REGISTRY if SWITCH_ROLE in a.roles and a.reference is not None]
+
+
 def parse_switch(spec: str, k: int) -> tuple[Assignment, Quantity | None]:
     """``"hybrid:2@1 s"`` -> (hybrid with n_e = 2, 1 s): the port architecture of every
     switch (testbed/optical/architectures.py, for a switch of ``k`` ports) and the
@@ -226,8 +234,10 @@ def parse_switch(spec: str, k: int) -> tuple[Assignment, Quantity | None]:
     electronic with initial RTO 1 ms or 1 s: one ``switch`` sweep covers them all.
     Raises DefinitionError (key params.switch, the whole value) naming the accepted
     syntax and ranges."""
+    archs = switch_architectures()
+
     def bad(why: str) -> DefinitionError:
-        syntax = architectures.REGISTRY.syntax(SWITCH_ROLE)
+        syntax = " | ".join(a.syntax for a in archs)
         return DefinitionError("params.switch", spec, f"{syntax}, optionally followed by @INITIAL_RTO{why}")
 
     config, _, rto_text = spec.partition("@")
@@ -239,8 +249,8 @@ def parse_switch(spec: str, k: int) -> tuple[Assignment, Quantity | None]:
             raise bad(f" ({exc})") from None
         if not 0 < rto.si <= 60:
             raise bad(" (the initial RTO must be > 0 and <= 60 s)")
-    if config.partition(":")[0].strip() not in architectures.REGISTRY.names(SWITCH_ROLE):
-        ranges = [p.accepted(k) for a in architectures.REGISTRY if SWITCH_ROLE in a.roles for p in a.params]
+    if config.partition(":")[0].strip() not in [a.name for a in archs]:
+        ranges = [p.accepted(k) for a in archs for p in a.params]
         raise bad("".join(f"; {r}" for r in ranges))
     try:
         return architectures.parse(config, ports=k, role=SWITCH_ROLE, key="params.switch"), rto

@@ -53,6 +53,7 @@ def test_the_papers_switch_configurations_parse_to_an_architecture_and_rto(spec,
     ("all-optical:2", 4, r" \(all-optical with no parameters\)$"),
     ("optical", 4, r"; N_E \(buffer input and output ports\) an integer 1\.\.4 \(at most the node's 4 ports\)$"),
     ("nic", 4, r"; N_E .* an integer 1\.\.4 .*$"),  # a host's architecture, not a switch's
+    ("obs-core:0,1", 4, r"; N_E .* an integer 1\.\.4 .*$"),  # E2's core: needs an assembling edge
     ("electronic@0 s", 4, r" \(the initial RTO must be > 0 and <= 60 s\)$"),
     ("electronic@1 m", 4, r" \(unit 'm' is not a time unit .*\)$"),
 ])
