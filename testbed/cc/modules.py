@@ -11,6 +11,7 @@ waits. Every command is an argument list.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -280,13 +281,35 @@ def set_default(algorithm: str, netns: str | None = None) -> str:
 MODULE = "module"
 
 
+#: seconds the ledger waits for a module's users to go before it gives up (the kernel
+#: destroys deleted namespaces, and the qdiscs or sockets in them, asynchronously)
+MODULE_RELEASE_TIMEOUT_S = 10.0
+
+
 def _remove_module(entry: Entry, ledger: Ledger) -> None:
+    """rmmod a module the run loaded, once nothing uses it. Namespaces deleted just
+    before (a killed run's teardown) still hold their qdiscs or sockets for a while, so
+    this waits up to MODULE_RELEASE_TIMEOUT_S for the reference count to reach 0; raises
+    TestbedError (the entry stays live: ``testbed clean`` tries again) when it does not,
+    or when rmmod fails."""
+    from testbed import hostclock
+
     name = entry.attrs["name"]
-    refcnt = Path(f"/sys/module/{name}/refcnt")
-    if refcnt.exists() and refcnt.read_text().strip() == "0":
-        # rmmod, not modprobe -r: our modules are insmod-ed from kernel/ and are not in
-        # modules.dep, and rmmod never removes dependencies we did not load
-        cmd.run(["rmmod", name], check=False)
+    deadline = hostclock.Deadline(MODULE_RELEASE_TIMEOUT_S)
+    while (count := refcount(name)) not in (None, 0):
+        if deadline.expired():
+            raise TestbedError(f"module {name} is still in use (reference count {count}) "
+                               f"{MODULE_RELEASE_TIMEOUT_S:g} s after its run's objects went; not removing it")
+        time.sleep(0.2)
+    if count is None:
+        return
+    # rmmod, not modprobe -r: our modules are insmod-ed from kernel/ and are not in
+    # modules.dep, and rmmod never removes dependencies we did not load
+    try:
+        cmd.run(["rmmod", name], timeout=30)
+    except CommandError as exc:
+        if refcount(name) is not None:
+            raise TestbedError(f"rmmod {name} failed: {exc.stderr.strip() or exc}") from None
 
 
 register(MODULE, _remove_module)

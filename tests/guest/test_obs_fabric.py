@@ -276,10 +276,6 @@ class TestChain:
         assert core["announced"] == core["bursts_lost"] == st.classes[0].bursts and core["packets_lost"] == N_FORWARD
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the ledger's module teardown (testbed/cc/modules.py _remove_module) checks the reference count once, right "
-    "after the namespaces were deleted; the kernel destroys a namespace (and its obsburst qdiscs) asynchronously, "
-    "so the count is still > 0 then: it must wait (bounded) for 0, else keep the entry live"))
 def test_a_ledger_teardown_alone_removes_everything(tmp_path):
     """As `testbed clean` after a killed run: no Emulation.teardown (which takes the
     obsburst qdiscs off first), only the ledger; the module it loaded must still go."""
