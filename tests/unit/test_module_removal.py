@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from testbed.cc import modules
-from testbed.errors import TestbedError
+from testbed import errors
 
 
 def entry(name: str = "sch_obsburst"):
@@ -37,7 +37,7 @@ def test_a_module_still_in_use_is_not_removed_and_stays_live(monkeypatch):
     monkeypatch.setattr(modules, "refcount", lambda name: 1)
     monkeypatch.setattr(modules, "MODULE_RELEASE_TIMEOUT_S", 0.05)
     monkeypatch.setattr(modules.cmd, "run", lambda argv, **kw: removed.append(argv))
-    with pytest.raises(TestbedError, match=r"sch_obsburst is still in use \(reference count 1\)"):
+    with pytest.raises(errors.TestbedError, match=r"sch_obsburst is still in use \(reference count 1\)"):
         modules._remove_module(entry(), None)  # type: ignore[arg-type]
     assert not removed
 
