@@ -151,7 +151,9 @@ class E2Obs(FlowFamily):
         Metric("retrans_segs", "count", "retransmitted segments (tcpi_total_retrans)"),
         Metric("spurious_retrans_segs", "count", "retransmissions a DSACK showed spurious (lower bound)"),
         Metric("core_packets_lost", "count", "data packets the core dropped with their bursts"),
-        Metric("assembly_delay_p50_s", "s", "median per-packet assembly delay (edge arrival to release)"),
+        Metric("assembly_delay_p50_s", "s", "median per-packet assembly delay: arrival at the ingress edge to "
+               "release towards the core (as testbed/optical/burst.py: the wait for Tmax or Lmax, the offset, "
+               "the wait for the channel and the burst's earlier packets)"),
         Metric("assembly_delay_p99_s", "s", "99th percentile of the assembly delay"),
         Metric("assembly_delay_max_s", "s", "largest assembly delay (histogram bucket's upper edge)"),
         Metric("lateness_p99_s", "s", "99th percentile of the fabric's release lateness (paper time)"),
