@@ -68,9 +68,13 @@ def test_the_core_spec_carries_pl_in_parts_per_billion_and_the_seed():
 
 
 def test_profile_options_are_the_class_rto_one_segment_and_wm():
+    from testbed.units import Dim, Quantity
+
     o = E2Obs.profile_options(values(path_class="fast", wm=64))
-    assert o["init_rto"].si == pytest.approx(10.5e-3) and o["rto_min"].si == pytest.approx(10.5e-3)
+    assert o["init_rto"].si == pytest.approx(10.5e-3) and "rto_min" not in o  # the profile's one jiffy
     assert o["initial_window"] == 1 and o["max_window"] == 64
+    o = E2Obs.profile_options(values(path_class="slow", rto_min=Quantity(30e-3, Dim.TIME)))
+    assert o["init_rto"].si == pytest.approx(30e-3) and o["rto_min"].si == pytest.approx(30e-3)
 
 
 class _Defn:
@@ -104,3 +108,12 @@ def test_a_warmup_not_below_the_duration_is_refused():
     with pytest.raises(DefinitionError) as err:
         E2Obs.check(_Defn(warmup=Quantity(1.0, Dim.TIME), duration=Quantity(1.0, Dim.TIME)))  # type: ignore[arg-type]
     assert err.value.key == "params.warmup"
+
+
+@pytest.mark.parametrize("path_class,scale", [("slow", 1), ("fast", 1)])
+def test_every_node_name_of_the_papers_full_size_is_a_valid_node_name(path_class, scale):
+    from testbed.names import check_node_name
+
+    topo = E2Obs.topology(values(path_class=path_class, scale=scale), TimeDilation(1000))
+    for name in [*topo.hosts(), *topo.switches()]:
+        check_node_name(name)
