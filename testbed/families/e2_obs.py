@@ -378,7 +378,7 @@ def summarise(fp: FlowPoint, result: "TrafficResult") -> dict[str, Any]:
     if t0 is not None:
         for s in fp.measured.get("cwnd") or []:
             if s.event in ("ack", "retrans", "rto"):
-                cwnd.append({"t_s": D.time_to_paper(s.ts_ns / 1e9 - t0), "src": source(1), "event": s.event,
+                cwnd.append({"t_s": D.time_to_paper(s.t_s - t0), "src": source(1), "event": s.event,
                              "cwnd": s.cwnd, "ssthresh": s.ssthresh, "ca_state": s.ca_state})
     ctx.write_csv("cwnd.csv", cwnd)
     # assembly delay: the core's holding-delay histogram (emulation ns -> paper s)

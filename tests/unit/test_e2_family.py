@@ -4,6 +4,8 @@ number of sources, the topology it builds, and the errors of bad definitions."""
 
 from __future__ import annotations
 
+import csv
+
 import pytest
 
 from testbed.dilation import TimeDilation
@@ -117,3 +119,53 @@ def test_every_node_name_of_the_papers_full_size_is_a_valid_node_name(path_class
     topo = E2Obs.topology(values(path_class=path_class, scale=scale), TimeDilation(1000))
     for name in [*topo.hosts(), *topo.switches()]:
         check_node_name(name)
+
+
+def test_summarise_writes_the_point_files_and_exactly_the_declared_metrics(tmp_path):
+    """summarise on recorded measurements (no kernel): paper units, the traced source's
+    cwnd, the assembly-delay histogram, the per-source throughput in the window."""
+    from types import SimpleNamespace
+
+    from testbed.cc.lossdetect import LossDetection
+    from testbed.families import e2_obs
+    from testbed.optical.obscore import HoldingDelay
+    from testbed.results import write_csv, write_json
+    from testbed.traffic import Window
+
+    D = TimeDilation(1000)
+    v = values(path_class="slow", scale=40, wm=64, pl=0.1)         # 2 sources
+    ctx = SimpleNamespace(dir=tmp_path, tdf=D,
+                          write_csv=lambda n, rows: write_csv(tmp_path / n, rows),
+                          write_json=lambda n, d: write_json(tmp_path / n, d))
+    write_json(tmp_path / "fidelity.json", {"packets": 10, "p99_ns": 2000, "max_ns": 5000})
+    write_json(tmp_path / "machine.json", {"wall_s": 50.0, "emulation_s": 500.0})
+    sample = SimpleNamespace(t_s=100.0 + 0.05 * 1000, event="rto", cwnd=1, ssthresh=32, ca_state="loss")
+    tcp = LossDetection(rto=3, fast=1, rto_in_recovery=0, spurious_rto=0, spurious_fast=0, loss_probes=0,
+                        retrans_segs=40, fast_retrans_segs=5, slow_start_retrans_segs=30,
+                        spurious_retrans_segs=2, syn_timeouts=0)
+    hold = HoldingDelay(rows=((19_000_000_000, 20_000_000_000, 90), (20_000_000_000, 21_000_000_000, 10)),
+                        count=100, early=0, max_ns=20_500_000_000, sum_ns=1_950_000_000_000, over=0)
+    fp = SimpleNamespace(ctx=ctx, values=v, run=SimpleNamespace(t0=100.0), measured={
+        "edge": {"bursts": 50, "closed_time": 48, "closed_volume": 2, "packets": 1000, "bytes": 566_000,
+                 "ctrl_packets": 50, "drops": 0},
+        "core": {"announced": 50, "bursts_lost": 5, "packets_lost": 100}, "holding": hold, "tcp": tcp,
+        "tcp_per_source": {}, "cwnd": [sample]})
+    window = Window(warmup_s=0.2, length_s=0.4)
+    stats = {"snk1": {"window_bytes": 10_000}, "snk2": {"window_bytes": 30_000}}
+    result = SimpleNamespace(window=window, stats=stats,
+                             series=lambda g, host: [{"t_s": 0.0, "bytes": 7}, {"t_s": 0.01, "bytes": 9}])
+    row = e2_obs.summarise(fp, result)  # type: ignore[arg-type]
+    assert set(row) == {m.name for m in E2Obs.metrics}
+    assert row["throughput_per_source_bps"] == pytest.approx(8 * 20_000 / 0.4)
+    assert row["throughput_bps"] == pytest.approx(8 * 20_000 / 0.4 * 80)
+    assert row["segments_per_burst"] == 20 and row["segments_per_source_per_burst"] == 10
+    assert (row["bursts_lost"], row["loss_events_rto"], row["loss_events_fast"]) == (5, 3, 1)
+    assert row["assembly_delay_p50_s"] == pytest.approx(20e-3, rel=0.06)       # 20 s emulation / D
+    assert row["lateness_p99_s"] == pytest.approx(2e-9) and row["paper_s_per_wall_s"] == pytest.approx(0.01)
+    cwnd = list(csv.DictReader(open(tmp_path / "cwnd.csv")))
+    assert cwnd == [{"t_s": "0.05", "src": "src1", "event": "rto", "cwnd": "1", "ssthresh": "32",
+                     "ca_state": "loss"}]
+    series = list(csv.DictReader(open(tmp_path / "throughput_series.csv")))
+    assert [(r["t_s"], r["src"], r["bytes"]) for r in series[:2]] == [("0.01", "src1", "7"), ("0.02", "src1", "9")]
+    hist = list(csv.DictReader(open(tmp_path / "assembly_delay.csv")))
+    assert float(hist[0]["lo_s"]) == pytest.approx(0.019) and hist[1]["packets"] == "10"
