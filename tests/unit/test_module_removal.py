@@ -1,6 +1,6 @@
 """The ledger's module teardown (testbed.cc.modules): it waits, bounded, for a module's
 users to go (a killed run's namespaces are destroyed asynchronously, their qdiscs
-still holding the module), then rmmods it; a module still in use stays in the ledger."""
+still holding the module), then rmmods it; a module still in use then is left loaded."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from types import SimpleNamespace
 import pytest
 
 from testbed.cc import modules
-from testbed import errors
 
 
 def entry(name: str = "sch_obsburst"):
@@ -32,14 +31,14 @@ def test_waits_for_the_reference_count_to_reach_zero_then_rmmods(monkeypatch):
     assert seen == [2, 1, 0] and removed == [["rmmod", "sch_obsburst"]]
 
 
-def test_a_module_still_in_use_is_not_removed_and_stays_live(monkeypatch):
+def test_a_module_still_in_use_after_the_wait_is_left_loaded_with_a_warning(monkeypatch, caplog):
     removed = []
     monkeypatch.setattr(modules, "refcount", lambda name: 1)
     monkeypatch.setattr(modules, "MODULE_RELEASE_TIMEOUT_S", 0.05)
     monkeypatch.setattr(modules.cmd, "run", lambda argv, **kw: removed.append(argv))
-    with pytest.raises(errors.TestbedError, match=r"sch_obsburst is still in use \(reference count 1\)"):
-        modules._remove_module(entry(), None)  # type: ignore[arg-type]
+    modules._remove_module(entry(), None)  # type: ignore[arg-type]
     assert not removed
+    assert "sch_obsburst is still in use (reference count 1)" in caplog.text
 
 
 def test_a_module_already_gone_is_nothing_to_do(monkeypatch):
