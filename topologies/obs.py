@@ -1,18 +1,20 @@
 """E2's optical-burst-switching path (spec ``e2-obs-multigranular.md``, "Network").
 
-    src1..srcN --access--> ingress --> core --(propagation)--> egress --> snk1..snkN
+    src1..srcN --access--> iedge --> core --(propagation)--> eedge --> snk1..snkN
 
-* ``srcI`` -- ``ingress``: the source's own access link at ``access_rate_bps`` (the
+(``iedge`` the ingress edge, ``eedge`` the egress edge.)
+
+* ``srcI`` -- ``iedge``: the source's own access link at ``access_rate_bps`` (the
   source's NIC serialises its packets at that rate: exactly one FIFO link per source),
   no propagation;
-* ``ingress`` (role edge, ``edge_arch``: E2's ``obs-edge``) assembles the sources'
+* ``iedge`` (role edge, ``edge_arch``: E2's ``obs-edge``) assembles the sources'
   packets into bursts on its port towards the core (the ``obsburst`` qdisc) and sends
   the ACKs back to the sources through FIFO ports;
-* ``ingress`` -- ``core``: no propagation (a burst reaches the core as the qdisc
+* ``iedge`` -- ``core``: no propagation (a burst reaches the core as the qdisc
   releases it);
 * ``core`` (role core, ``core_arch``: ``obs-core``, bufferless, whole-burst loss);
-* ``core`` -- ``egress``: the path's one-way propagation delay ``propagation_s``;
-* ``egress`` (role edge, ``egress_arch``, default ``electronic``: burst disassembly is
+* ``core`` -- ``eedge``: the path's one-way propagation delay ``propagation_s``;
+* ``eedge`` (role edge, ``egress_arch``, default ``electronic``: burst disassembly is
   plain FIFO forwarding) -- ``snkI``: at the optical rate, no propagation.
 
 The round trip is then 2 x propagation + assembly (at most Tmax) + offset, the RTT of
@@ -27,8 +29,8 @@ from mininet.topo import Topo
 
 from testbed.units import FIBRE_GROUP_INDEX, SPEED_OF_LIGHT_M_PER_S
 
-#: node names
-INGRESS, CORE, EGRESS = "ingress", "core", "egress"
+#: node names (at most 6 characters: testbed.names): ingress edge, core, egress edge
+INGRESS, CORE, EGRESS = "iedge", "core", "eedge"
 
 
 def source(i: int) -> str:
