@@ -23,7 +23,8 @@
 #endif
 
 #define OPTSW_MAX_NODES   512  /* nodes (switches and hosts) of one run */
-#define OPTSW_MAX_PORTS   32   /* ports (azimuths n_a) of one node */
+#define OPTSW_MAX_PORTS   64   /* ports (azimuths n_a) of one node (a power of two: indices
+				* are bounded with & (OPTSW_MAX_PORTS - 1)) */
 #define OPTSW_MAX_NE      32   /* buffer input / output ports n_e of one switch */
 #define OPTSW_MAX_ECMP    16   /* equal-cost next hops of one route */
 #define OPTSW_OCC_SLOTS   256  /* buffered packets tracked for the occupancy maximum */

@@ -203,7 +203,7 @@ class OpticalSwitch(Switch):
     "electronic" (or an Assignment; the older ``model`` with ``n_e`` is read too;
     default hybrid with n_e = 1), ``role`` "core" (default) or "edge", ``rate_bps``
     port rate (default 10 Gbit/s), ``tdf`` time dilation D (default 1), ``flow_hash``
-    per-flow instead of per-packet ECMP. Any number of ports (1..32). Link options
+    per-flow instead of per-packet ECMP. Any number of ports (1..MAX_PORTS = 64). Link options
     ``length_m`` (default 10 m, 0 allowed) set each link's propagation delay and
     ``rate_bps`` (paper bit/s) its rate in both directions instead of the switch's
     (e.g. a source's access link). Raises DefinitionError (naming ``<name>.<param>``,

@@ -11,7 +11,8 @@ import struct
 from dataclasses import dataclass
 
 MAX_NODES = 512
-MAX_PORTS = 32
+#: ports of one node (OPTSW_MAX_PORTS, a power of two: the BPF code masks port indices with it)
+MAX_PORTS = 64
 MAX_NE = 32
 MAX_ECMP = 16
 OCC_SLOTS = 256

@@ -298,3 +298,33 @@ def test_map_dump_of_listed_keys_equals_those_rows_of_the_full_dump(pin_dir):
     assert bpf.map_dump(pin_dir, "optsw_cfg", [layout.u32_key(512)]) == []
     with pytest.raises(bpf.CommandError, match="KEYHEX"):
         bpf.map_dump(pin_dir, "optsw_cfg", [b"\x01"])
+
+
+@pytest.mark.root
+def test_a_switch_of_max_ports_forwards_to_and_decides_on_its_last_port(pin_dir):
+    """Port MAX_PORTS - 1 is a port like any other (route, decision, counters, stamp);
+    one past the configured ports is unmodelled and a route to port MAX_PORTS is dropped."""
+    n = layout.MAX_PORTS
+    ports = [PortConfig(PS, prop_ns=1000 + p, ifindex=100 + p) for p in range(n)]
+    bpf.optswitch_load(pin_dir)
+    maps.configure_node(pin_dir, 9, from_model("electronic", 0), ports)
+    maps.set_routes(pin_dir, {(9, "10.0.0.2"): [n - 1], (9, "10.0.0.3"): [n]})
+    got = bpf.trace_run(pin_dir, 9, [(bpf.OPTSW_INGRESS, 0, 1500, 0, 0, "10.0.0.2"),
+                                     (bpf.OPTSW_INGRESS, 0, 1500, n - 1, 0, "10.0.0.3"),
+                                     (bpf.OPTSW_EGRESS, 5000, 9064, n - 1, 0, "10.0.0.2"),
+                                     (bpf.OPTSW_EGRESS, 6000, 9064, n - 1, 0, "10.0.0.2")])
+    assert (got[0]["retval"], got[0]["cb0"]) == (7, n - 1)  # redirected to the last port
+    assert got[1]["retval"] == 2                            # a route past the ports: dropped
+    # electronic, by hand: received whole (a + tau), then FIFO; stamp = dep + propagation
+    prop = 1000 + n - 1
+    dep1 = 5000 + TAU
+    dep2 = max(6000 + TAU, dep1 + TAU)
+    assert [(g["cb0"], g["tstamp"]) for g in got[2:]] == [(BUFFER, dep1 + prop), (BUFFER, dep2 + prop)]
+    st = maps.read_states(pin_dir, {9: n})[9]["ports"]
+    assert (st[n - 1]["buffered"], st[n - 1]["rx"], st[0]["rx"]) == (2, 1, 1)
+    assert st[n - 1]["bytes"] == 2 * 9064
+    # a node of n - 1 ports: its port n - 1 is not configured
+    maps.configure_node(pin_dir, 9, from_model("electronic", 0), ports[:-1])
+    got = bpf.trace_run(pin_dir, 9, [(bpf.OPTSW_EGRESS, 7000, 1500, n - 1, 0, "10.0.0.2")])
+    assert (got[0]["cb0"], got[0]["retval"]) == (layout.NOCFG, 2)
+    assert maps.read_states(pin_dir, {9: n})[9]["ports"][n - 1]["nocfg"] == 1

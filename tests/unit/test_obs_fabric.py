@@ -286,12 +286,25 @@ def test_emulation_checks_links_and_loads_the_module_before_any_namespace(monkey
         net.Feature.MODULES, net.Feature.FQ, net.Feature.CLSACT_BPF}
 
 
+def _star(ports: int) -> Topo:
+    t = Topo()
+    t.addSwitch("edge", cls="optical")
+    for i in range(ports):
+        t.addLink(t.addHost(f"h{i}"), "edge")
+    return t
+
+
 def test_an_optical_switch_of_more_ports_than_the_maps_hold_is_refused_before_anything_exists():
     from testbed.net import OpticalSwitch
 
-    t = Topo()
-    t.addSwitch("edge", cls="optical")
-    for i in range(layout.MAX_PORTS + 1):
-        t.addLink(t.addHost(f"h{i}"), "edge")
-    with pytest.raises(DefinitionError, match=r"'edge\.ports': 33; accepted: an optical switch of 1\.\.32 ports"):
-        OpticalSwitch(SimpleNamespace(topo=t, token="t"), "edge", arch="electronic")  # type: ignore[arg-type]
+    with pytest.raises(DefinitionError, match=r"'edge\.ports': 65; accepted: an optical switch of 1\.\.64 ports"):
+        OpticalSwitch(SimpleNamespace(topo=_star(65), token="t"), "edge", arch="electronic")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("ports", [33, 64])
+def test_an_optical_switch_of_up_to_64_ports_is_accepted(ports):
+    """33 = E2's fast class at scale 10 (32 sources + the core link); 64 = OPTSW_MAX_PORTS."""
+    from testbed.net import OpticalSwitch
+
+    sw = OpticalSwitch(SimpleNamespace(topo=_star(ports), token="t"), "edge", arch="electronic")  # type: ignore[arg-type]
+    assert sw.assignment.arch.name == "electronic" and layout.MAX_PORTS == 64
