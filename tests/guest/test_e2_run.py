@@ -80,7 +80,7 @@ def test_e2_runs_end_to_end_and_a_source_sees_the_same_network_at_two_scales(tmp
         obs = json.loads((point / "obs.json").read_text())
         edge, core = obs["edge"], obs["core"]
         bursts = int(r["bursts"])
-        assert bursts > 20, r
+        assert bursts >= 8, r  # one burst per round trip while the windows are small
         assert edge["ctrl_packets"] == bursts and core["announced"] == bursts, obs
         assert core["ring_overflow"] == 0 and core["ctrl_invalid"] == 0 and core["empty_bursts"] == 0, core
         expected = sum(burst_lost(int(r["seed"]), i, 100_000_000) for i in range(1, bursts + 1))
