@@ -96,9 +96,13 @@ class PathClass:
 
     def scales(self) -> list[int]:
         """The accepted scales: divisors of N_paper whose Lmax / scale still holds
-        MIN_LMAX_FRAMES full frames."""
+        MIN_LMAX_FRAMES full frames and whose sources (plus the core link) fit the ports
+        of one optical node (testbed.optical.layout.MAX_PORTS)."""
+        from testbed.optical.layout import MAX_PORTS
+
         return [s for s in range(1, self.n_paper + 1)
-                if self.n_paper % s == 0 and self.lmax_bytes * FRAME / IP_PACKET / s >= MIN_LMAX_FRAMES * FRAME]
+                if self.n_paper % s == 0 and self.lmax_bytes * FRAME / IP_PACKET / s >= MIN_LMAX_FRAMES * FRAME
+                and self.n_paper // s + 1 <= MAX_PORTS]
 
 
 #: the paper's slow (MEMS) and fast (SOA) connections
@@ -206,7 +210,7 @@ class E2Obs(FlowFamily):
                     "params.scale", v["scale"],
                     f"one of {', '.join(map(str, pc.scales()))} for path_class {pc.name!r}: a divisor of its "
                     f"N = {pc.n_paper} at which Lmax / scale ({pc.lmax_bytes} B / scale) still holds "
-                    f"{MIN_LMAX_FRAMES} frames", defn.source)
+                    f"{MIN_LMAX_FRAMES} frames and the N / scale sources fit one edge node's ports", defn.source)
             if v["warmup"].si >= v["duration"].si:
                 raise DefinitionError("params.warmup", str(v["warmup"]),
                                       f"a time below the duration ({v['duration']})", defn.source)

@@ -41,7 +41,12 @@ def test_lmax_is_scaled_with_the_sources_and_counted_in_frames():
     assert -(-fast.lmax_frame_bytes(1) // FRAME) == paper_segments
     # divided by the scale; the scales keep at least 4 frames in Lmax
     assert fast.lmax_frame_bytes(10) == round(25_000 * FRAME / IP_PACKET / 10)
-    assert fast.scales() == [1, 2, 4, 5, 8, 10] and slow.scales() == [1, 2, 4, 5, 8, 10, 16, 20, 40, 80]
+    from testbed.optical.layout import MAX_PORTS
+
+    # Lmax keeps 4 frames at scales up to 10 (fast); N / scale + 1 ports fit a node
+    assert fast.scales() == [s for s in (1, 2, 4, 5, 8, 10) if 320 // s + 1 <= MAX_PORTS]
+    assert slow.scales() == [s for s in (1, 2, 4, 5, 8, 10, 16, 20, 40, 80) if 80 // s + 1 <= MAX_PORTS]
+    assert 10 in fast.scales() and 10 in slow.scales()
     assert (slow.sources(10), fast.sources(10)) == (8, 32)
 
 
@@ -95,8 +100,9 @@ class _Defn:
 
 
 @pytest.mark.parametrize("over,key,text", [
-    ({"path_class": "fast", "scale": 16}, "params.scale", "one of 1, 2, 4, 5, 8, 10 for path_class 'fast'"),
-    ({"path_class": "slow", "scale": 3}, "params.scale", "one of 1, 2, 4, 5, 8, 10, 16, 20, 40, 80 for path_class"),
+    ({"path_class": "fast", "scale": 16}, "params.scale", "one of 8, 10 for path_class 'fast'"),
+    ({"path_class": "fast", "scale": 5}, "params.scale", "one of 8, 10 for path_class 'fast'"),       # 65 ports
+    ({"path_class": "slow", "scale": 3}, "params.scale", "one of 2, 4, 5, 8, 10, 16, 20, 40, 80 for path_class"),
 ])
 def test_bad_sizes_name_key_value_and_range(over, key, text):
     with pytest.raises(DefinitionError) as err:
