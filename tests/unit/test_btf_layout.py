@@ -202,6 +202,8 @@ def test_optswitch_maps_are_the_ones_python_writes(optsw):
 def test_array_lengths_match_the_python_constants(optsw):
     assert layout.MAX_PORTS == optsw.array_len("optsw_cfg_node", "port") \
         == optsw.array_len("optsw_node_state", "port")
+    # port indices are bounded with & (OPTSW_MAX_PORTS - 1): a power of two
+    assert layout.MAX_PORTS & (layout.MAX_PORTS - 1) == 0
     assert layout.MAX_NE == optsw.array_len("optsw_node_state", "bin_free_ns") \
         == optsw.array_len("optsw_node_state", "bout")
     assert layout.MAX_ECMP == optsw.array_len("optsw_route", "port")
