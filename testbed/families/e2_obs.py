@@ -268,8 +268,11 @@ class E2Obs(FlowFamily):
 
         netns = fp.emu[source(1)].netns
         key = (cls.fabric_key(fp.values, fp.ctx.tdf), netns)
-        fp.ctx.progress("compiling the cwnd tracer (bcc; once per fabric)")
-        return fp.ctx.keep("cwnd-tracer", key, lambda: CwndTracer(netns=netns))
+        def make() -> CwndTracer:
+            fp.ctx.progress("compiling the cwnd tracer (bcc; once per fabric)")
+            return CwndTracer(netns=netns)
+
+        return fp.ctx.keep("cwnd-tracer", key, make)
 
     @classmethod
     def workload(cls, fp: FlowPoint) -> "Schedule":
