@@ -128,24 +128,29 @@ static __always_inline struct optsw_port_state *port_state(struct optsw_node_sta
 	return &st->port[p];
 }
 
+/* floor(log2 v) for v > 0 (branch-free steps the verifier follows easily). */
+static __always_inline __u32 ilog2_u64(__u64 v)
+{
+	__u32 e = 0;
+
+	if (v >> 32) { e += 32; v >>= 32; }
+	if (v >> 16) { e += 16; v >>= 16; }
+	if (v >> 8) { e += 8; v >>= 8; }
+	if (v >> 4) { e += 4; v >>= 4; }
+	if (v >> 2) { e += 2; v >>= 2; }
+	if (v >> 1) { e += 1; }
+	return e;
+}
+
 /* Log-linear bucket of a lateness in ns: exact below 8, then 8 per power of two. */
 static __always_inline __u32 late_bucket(__u64 v)
 {
-	__u32 e = 0;
-	__u64 x = v;
-	__u32 idx;
+	__u32 e;
 
 	if (v < 8)
 		return (__u32)v;
-	if (x >> 32) { e += 32; x >>= 32; }
-	if (x >> 16) { e += 16; x >>= 16; }
-	if (x >> 8) { e += 8; x >>= 8; }
-	if (x >> 4) { e += 4; x >>= 4; }
-	if (x >> 2) { e += 2; x >>= 2; }
-	if (x >> 1) { e += 1; }
-	/* e = floor(log2 v) >= 3 */
-	idx = (e - 2) * 8 + (__u32)((v >> (e - 3)) & 7);
-	return idx; /* <= 495 */
+	e = ilog2_u64(v); /* >= 3 */
+	return (e - 2) * 8 + (__u32)((v >> (e - 3)) & 7); /* <= 495 */
 }
 
 static __always_inline void monitor(__u64 now, __u64 stamp)
@@ -285,19 +290,11 @@ struct optsw_ctrl {
  * OPTSW_HOLD_SUB per power of two, clamped to the last bucket (2^35 ns and more). */
 static __always_inline __u32 hold_bucket(__u64 v)
 {
-	__u32 e = 0;
-	__u64 x = v;
-	__u32 idx;
+	__u32 e, idx;
 
 	if (v < OPTSW_HOLD_SUB)
 		return (__u32)v;
-	if (x >> 32) { e += 32; x >>= 32; }
-	if (x >> 16) { e += 16; x >>= 16; }
-	if (x >> 8) { e += 8; x >>= 8; }
-	if (x >> 4) { e += 4; x >>= 4; }
-	if (x >> 2) { e += 2; x >>= 2; }
-	if (x >> 1) { e += 1; }
-	/* e = floor(log2 v) >= 4 */
+	e = ilog2_u64(v); /* >= 4 */
 	idx = (e - 3) * OPTSW_HOLD_SUB + (__u32)((v >> (e - 4)) & (OPTSW_HOLD_SUB - 1));
 	return idx < OPTSW_HOLD_BUCKETS ? idx : OPTSW_HOLD_BUCKETS - 1;
 }
