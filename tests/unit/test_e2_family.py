@@ -175,3 +175,30 @@ def test_summarise_writes_the_point_files_and_exactly_the_declared_metrics(tmp_p
     assert [(r["t_s"], r["src"], r["bytes"]) for r in series[:2]] == [("0.01", "src1", "7"), ("0.02", "src1", "9")]
     hist = list(csv.DictReader(open(tmp_path / "assembly_delay.csv")))
     assert float(hist[0]["lo_s"]) == pytest.approx(0.019) and hist[1]["packets"] == "10"
+
+
+def test_broken_burst_accounting_is_warned_about(tmp_path, caplog):
+    """A control packet the edge could not send shifts the core's pairing of packets and
+    bursts: the point says so (docs/obs.md, "Core node")."""
+    from types import SimpleNamespace
+
+    from testbed.cc.lossdetect import LossDetection
+    from testbed.families import e2_obs
+    from testbed.optical.obscore import HoldingDelay
+    from testbed.results import write_csv, write_json
+    from testbed.traffic import Window
+
+    said = []
+    ctx = SimpleNamespace(dir=tmp_path, tdf=TimeDilation(1000), progress=said.append,
+                          write_csv=lambda n, rows: write_csv(tmp_path / n, rows),
+                          write_json=lambda n, d: write_json(tmp_path / n, d))
+    zero = LossDetection(**{k: 0 for k in LossDetection.__dataclass_fields__})
+    fp = SimpleNamespace(ctx=ctx, values=values(scale=40), run=None, measured={
+        "edge": {"bursts": 2, "closed_time": 2, "closed_volume": 0, "packets": 4, "bytes": 2264,
+                 "ctrl_packets": 1, "ctrl_failed": 1, "drops": 0},
+        "core": {"announced": 1, "bursts_lost": 0, "packets_lost": 0, "ring_overflow": 0},
+        "holding": HoldingDelay((), 0, 0, 0, 0, 0), "tcp": zero, "tcp_per_source": {}})
+    result = SimpleNamespace(window=Window(0.0, 1.0), stats={}, series=lambda g, host: [])
+    e2_obs.summarise(fp, result)  # type: ignore[arg-type]
+    assert "control packets the edge could not send: 1" in caplog.text
+    assert any("burst accounting is not exact" in m for m in said)
