@@ -26,8 +26,8 @@ Lmax by 566/552, so that a burst closes after as many segments as the paper's
 datagram-byte count would.
 
 **TCP.** The ``sack`` profile (kernel Reno + SACK; docs/congestion-control.md) with
-the path class's RTO as initial and minimum RTO (the kernel's estimator above it),
-initial window one segment, an ACK per segment, and the maximum congestion window
+the path class's RTO as the initial RTO (then the kernel's SRTT + 4 RTTVAR; parameter
+``rto_min``, see :meth:`E2Obs.profile_options`), initial window one segment, an ACK per segment, and the maximum congestion window
 Wm (``max_window``: the sender's snd_cwnd_clamp).
 """
 
