@@ -335,18 +335,12 @@ class E2Obs(FlowFamily):
 
 
 # -- measurements -------------------------------------------------------------------------
-def _edge_dev(fp: FlowPoint) -> tuple[str, str | None]:
-    from topologies.obs import CORE, INGRESS
-
-    return fp.emu.links[f"{INGRESS}-{CORE}"][0]
-
-
 def _edge_state(fp: FlowPoint) -> dict[str, int]:
-    """The ingress edge's obsburst counters (class 0) on its port towards the core."""
-    from testbed.optical import obsburst
+    """The ingress edge's obsburst counters (class 0) on its port towards the core
+    (``OpticalFabric.holding_state``: the one port of the fabric that holds packets)."""
+    from topologies.obs import INGRESS
 
-    dev, netns = _edge_dev(fp)
-    st = obsburst.read(dev, netns)
+    (st,) = [st for (node, _dev), st in fp.emu.optical.holding_state().items() if node == INGRESS]
     c = st.classes[0]
     return {"bursts": c.bursts, "closed_time": c.closed_time, "closed_volume": c.closed_volume,
             "packets": c.packets, "bytes": c.bytes, "ctrl_packets": st.ctrl_packets,
