@@ -26,7 +26,7 @@ from testbed.ledger import Ledger
 from testbed.nsops import netns_exists
 from testbed.names import check_ifname, check_node_name
 from testbed.optical import architectures
-from testbed.optical.fabric import OpticalFabric, link_options
+from testbed.optical.fabric import HOST_ASSIGNMENT, OpticalFabric, link_options
 from testbed.optical.layout import MAX_PORTS
 
 if TYPE_CHECKING:
@@ -214,13 +214,15 @@ class OpticalSwitch(Switch):
 
     @classmethod
     def features(cls, info: dict[str, Any]) -> set[Feature]:
-        """eBPF forwarding and port model on clsact with BTF maps, and what the kernel
+        """eBPF forwarding and port model on clsact with BTF maps, what the kernel
         mechanism of the switch's architecture needs (fq for every architecture decided
-        at arrival; obs-edge's obsburst also modules). Raises DefinitionError for a bad
+        at arrival; obs-edge's obsburst also modules) and what the hosts' NIC queue on
+        the fabric needs (the hostnic module). Raises DefinitionError for a bad
         architecture."""
         role = info.get("role", architectures.DEFAULT_SWITCH_ROLE)
         assignment = architectures.switch_assignment(info, role=str(role), key="switch")
-        return {Feature.CLSACT_BPF, Feature.BTF, *assignment.mechanism.features}
+        return {Feature.CLSACT_BPF, Feature.BTF, *assignment.mechanism.features,
+                *HOST_ASSIGNMENT.mechanism.features}
 
     def __init__(self, emu: "Emulation", name: str, **params: object) -> None:
         super().__init__(emu, name, **params)
@@ -302,7 +304,8 @@ class Emulation:
                 link_options(info, f"link {'-'.join(sorted((a, b)))}")  # checked before anything exists
         # a kernel module a mechanism needs is loaded (and ledgered) before the
         # namespaces, so that teardown removes it after them (their qdiscs hold it)
-        for mech in dict.fromkeys(n.assignment.mechanism for n in optical):
+        hosts_mech = [HOST_ASSIGNMENT.mechanism] if optical else []
+        for mech in dict.fromkeys([*hosts_mech, *(n.assignment.mechanism for n in optical)]):
             mech.prepare(self.ledger)
         self.create_namespaces([n.netns for n in self.nodes.values()
                                 if not getattr(n, "in_root_namespace", False)])

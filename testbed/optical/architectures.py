@@ -39,10 +39,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from testbed.errors import DefinitionError
-from testbed.optical import model, obsburst
+from testbed.optical import hostnic, model, obsburst
 from testbed.optical.burst import ClassParams
 from testbed.optical.layout import ARCH_CFG_BYTES, MAX_NE, PortConfig
-from testbed.optical.mechanisms import EDT_FQ, Mechanism, NodeContext, Realisation
+from testbed.optical.mechanisms import EDT, EDT_FQ, Mechanism, NodeContext, Realisation
 
 #: roles of a node in the fabric: an end host (its own packets), a switch at the edge of
 #: the optical core (next to hosts: burst assembly, large electronic buffers), a switch
@@ -291,7 +291,7 @@ class Registry:
 
 NIC = Architecture(
     "nic", 0, "nic", "host NIC: serialises the host's own packets at the link rate, FIFO",
-    reference=model.NicModel, roles=("host",))
+    reference=model.NicModel, roles=("host",), realisation=Realisation(EDT, hostnic.HOSTNIC))
 ELECTRONIC = Architecture(
     "electronic", 1, "electronic", "store-and-forward: received whole, FIFO per output, never drops",
     reference=model.ElectronicModel)

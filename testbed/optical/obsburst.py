@@ -21,9 +21,6 @@ docs/obs.md describes the mechanism.
 
 from __future__ import annotations
 
-import errno
-import os
-import socket
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,11 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from testbed import cmd
-from testbed.cc.modules import KERNEL_DIR, MODULE, insert, refcount
-from testbed.errors import CommandError, TestbedError
+from testbed.errors import CommandError
 from testbed.features import Feature
 from testbed.ledger import Ledger
-from testbed.nsops import call_in
+from testbed.optical import qdiscnl
 from testbed.optical.burst import ClassParams
 from testbed.optical.mechanisms import FQ, HOLDING, Mechanism, NodeContext, Realisation
 
@@ -63,13 +59,9 @@ XSTATS_SIZE = MAX_CLASSES * _CLASS_STATS.size + 3 * 8            # 184
 _CTRL = struct.Struct("!IBBHQQIIQQ")
 
 
-class ObsBurstError(TestbedError):
+class ObsBurstError(qdiscnl.QdiscError):
     """The obsburst qdisc or its module could not be configured, read or (un)loaded;
     ``errno`` the kernel's error number when it answered one (else 0)."""
-
-    def __init__(self, message: str, code: int = 0) -> None:
-        super().__init__(message)
-        self.errno = code
 
 
 @dataclass(frozen=True)
@@ -219,76 +211,7 @@ def tshark_controls(pcap: Path) -> list[ControlPacket]:
     return result
 
 
-# -- rtnetlink ------------------------------------------------------------------------------
-RTM_NEWQDISC, RTM_DELQDISC, RTM_GETQDISC = 36, 37, 38
-NLMSG_ERROR, NLMSG_DONE = 2, 3
-NLM_F_REQUEST, NLM_F_ACK, NLM_F_DUMP = 0x1, 0x4, 0x300
-NLM_F_REPLACE, NLM_F_CREATE, NLM_F_ACK_TLVS = 0x100, 0x400, 0x200
-TCA_KIND, TCA_OPTIONS, TCA_STATS2 = 1, 2, 7
-TCA_STATS_BASIC, TCA_STATS_QUEUE, TCA_STATS_APP = 1, 3, 4
-NLMSGERR_ATTR_MSG = 1
-SOL_NETLINK, NETLINK_CAP_ACK, NETLINK_EXT_ACK = 270, 10, 11
-TC_H_ROOT = 0xFFFFFFFF
-_NLH = struct.Struct("=IHHII")
-_TCM = struct.Struct("=BxxxiIII")
-
-
-def _attr(kind: int, payload: bytes) -> bytes:
-    raw = struct.pack("=HH", 4 + len(payload), kind) + payload
-    return raw + b"\0" * (-len(raw) % 4)
-
-
-def _attrs(data: bytes) -> dict[int, bytes]:
-    out, off = {}, 0
-    while off + 4 <= len(data):
-        length, kind = struct.unpack_from("=HH", data, off)
-        if length < 4:
-            break
-        out[kind & 0x3FFF] = data[off + 4:off + length]
-        off += (length + 3) & ~3
-    return out
-
-
-def _request(msg_type: int, flags: int, ifindex: int, attrs: bytes = b"") -> list[tuple[int, bytes]]:
-    """Send one rtnetlink request (in the calling thread's namespace); returns the
-    (type, payload) replies; raises ObsBurstError with the kernel's message on error."""
-    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, socket.NETLINK_ROUTE) as s:
-        s.setsockopt(SOL_NETLINK, NETLINK_EXT_ACK, 1)
-        s.setsockopt(SOL_NETLINK, NETLINK_CAP_ACK, 1)
-        s.bind((0, 0))
-        body = _TCM.pack(socket.AF_UNSPEC, ifindex, 0, TC_H_ROOT, 0) + attrs
-        s.send(_NLH.pack(_NLH.size + len(body), msg_type, NLM_F_REQUEST | flags, 1, 0) + body)
-        replies: list[tuple[int, bytes]] = []
-        while True:
-            data = s.recv(1 << 20)
-            off = 0
-            while off + _NLH.size <= len(data):
-                length, mtype, mflags, _seq, _pid = _NLH.unpack_from(data, off)
-                payload = data[off + _NLH.size:off + length]
-                off += (length + 3) & ~3
-                if mtype == NLMSG_DONE:
-                    return replies
-                if mtype == NLMSG_ERROR:
-                    code = -struct.unpack_from("=i", payload)[0]
-                    if code == 0:
-                        return replies
-                    text = ""
-                    if mflags & NLM_F_ACK_TLVS:
-                        msg = _attrs(payload[4 + _NLH.size:]).get(NLMSGERR_ATTR_MSG, b"")
-                        text = msg.rstrip(b"\0").decode(errors="replace")
-                    raise ObsBurstError(f"{os.strerror(code)}" + (f": {text}" if text else ""), code)
-                replies.append((mtype, payload))
-            if not flags & NLM_F_DUMP and not flags & NLM_F_ACK:
-                return replies
-
-
-def _ifindex(dev: str, netns: str | None) -> int:
-    try:
-        return socket.if_nametoindex(dev)
-    except OSError:
-        raise ObsBurstError(f"no interface {dev} in {netns or 'the root namespace'}") from None
-
-
+# -- rtnetlink (testbed.optical.qdiscnl) and the module -------------------------------------
 def install(dev: str, netns: str | None, config: ObsBurstConfig, ledger: Ledger | None = None) -> None:
     """Make an obsburst qdisc with ``config`` the root qdisc of ``dev`` (replacing
     whatever is there); recorded in ``ledger`` (resource ``qdisc``) first."""
@@ -300,98 +223,44 @@ def install(dev: str, netns: str | None, config: ObsBurstConfig, ledger: Ledger 
 def install_raw(dev: str, netns: str | None, options: bytes) -> None:
     """:func:`install` with ``options`` as given (unchecked: the kernel's own checks
     are what answers; for tests)."""
-    attrs = _attr(TCA_KIND, KIND.encode() + b"\0") + _attr(TCA_OPTIONS, options)
-
-    def body() -> None:
-        _request(RTM_NEWQDISC, NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE, _ifindex(dev, netns), attrs)
-    try:
-        call_in(netns, body)
-    except ObsBurstError as exc:
-        hint = ""
-        if exc.errno == errno.ENOENT and not Path(f"/sys/module/{MODULE_NAME}").exists():
-            hint = f" ({MODULE_NAME} is not loaded: load_module() first)"
-        raise ObsBurstError(f"installing obsburst on {dev} in {netns or 'the root namespace'}: "
-                            f"{exc.args[0]}{hint}", exc.errno) from None
+    qdiscnl.replace_root(dev, netns, KIND, options, ObsBurstError, QDISC_MODULE)
 
 
 def remove(dev: str, netns: str | None) -> None:
     """Delete the root qdisc of ``dev`` (the device falls back to its default)."""
-    def body() -> None:
-        _request(RTM_DELQDISC, NLM_F_ACK, _ifindex(dev, netns))
-    try:
-        call_in(netns, body)
-    except ObsBurstError as exc:
-        if exc.errno not in (errno.ENOENT, errno.EINVAL):
-            raise ObsBurstError(f"removing the qdisc of {dev}: {exc.args[0]}", exc.errno) from None
+    qdiscnl.delete_root(dev, netns, ObsBurstError)
 
 
 def read(dev: str, netns: str | None) -> QdiscState:
     """Options and counters of the obsburst root qdisc of ``dev``."""
-    def body() -> list[tuple[int, bytes]]:
-        idx = _ifindex(dev, netns)
-        return [(m, p) for m, p in _request(RTM_GETQDISC, NLM_F_DUMP, 0)
-                if _TCM.unpack_from(p)[1] == idx]
-    for _mtype, payload in call_in(netns, body):
-        _fam, _idx, _handle, parent, _info = _TCM.unpack_from(payload)
-        a = _attrs(payload[_TCM.size:])
-        if a.get(TCA_KIND, b"").rstrip(b"\0").decode() != KIND or parent != TC_H_ROOT:
-            continue
-        config = ObsBurstConfig.unpack(a[TCA_OPTIONS])
-        s2 = _attrs(a.get(TCA_STATS2, b""))
-        nbytes, npk = struct.unpack_from("=QI", s2[TCA_STATS_BASIC]) if TCA_STATS_BASIC in s2 else (0, 0)
-        qlen = struct.unpack_from("=I", s2[TCA_STATS_QUEUE])[0] if TCA_STATS_QUEUE in s2 else 0
-        cls, ctrl, failed, drops = unpack_xstats(s2[TCA_STATS_APP], len(config.classes))
-        return QdiscState(config, cls, ctrl, failed, drops, npk, nbytes, qlen)
-    raise ObsBurstError(f"{dev} in {netns or 'the root namespace'} has no obsburst root qdisc")
+    q = qdiscnl.dump_root(dev, netns, KIND, ObsBurstError)
+    config = ObsBurstConfig.unpack(q.options)
+    cls, ctrl, failed, drops = unpack_xstats(q.app, len(config.classes))
+    return QdiscState(config, cls, ctrl, failed, drops, q.packets, q.bytes, q.qlen)
 
 
-# -- the module -----------------------------------------------------------------------------
+#: the module providing the qdisc (kernel/sch_obsburst.ko)
+QDISC_MODULE = qdiscnl.QdiscModule(MODULE_NAME, KIND, ObsBurstError)
+
+
 def ko_path() -> Path:
-    path = KERNEL_DIR / f"{MODULE_NAME}.ko"
-    if not path.exists():
-        raise ObsBurstError(f"{path} is not built: run `make -C {KERNEL_DIR}` "
-                            "(needs linux-headers-amd64 of the guest kernel)")
-    return path
+    return QDISC_MODULE.ko_path()
 
 
 def loaded() -> bool:
-    return Path(f"/sys/module/{MODULE_NAME}").exists()
+    return QDISC_MODULE.loaded()
 
 
 def load_module(ledger: Ledger) -> bool:
     """insmod ``kernel/sch_obsburst.ko`` unless loaded; True when this call loaded it
     (then recorded in ``ledger`` before loading, so teardown removes it)."""
-    if loaded():
-        return False
-    ko = ko_path()
-    seq = ledger.add(MODULE, name=MODULE_NAME)
-    try:
-        insert(["insmod", str(ko)], MODULE_NAME, "testbed guest -- ...", ObsBurstError)
-    except ObsBurstError:
-        ledger.mark_gone(seq)
-        raise
-    return True
+    return QDISC_MODULE.load(ledger)
 
 
 def unload_module(ledger: Ledger) -> None:
     """rmmod the module this ``ledger`` loaded; refuses (without rmmod) one it did not
     load or one still in use (an obsburst qdisc holds a reference)."""
-    mine = [e for e in ledger.live() if e.resource == MODULE and e.attrs.get("name") == MODULE_NAME]
-    if not mine:
-        raise ObsBurstError(f"{MODULE_NAME} was not loaded by ledger {ledger.run_id}: not unloading it")
-    count = refcount(MODULE_NAME)
-    if count is None:
-        ledger.mark_gone(mine[-1].seq)
-        return
-    if count > 0:
-        raise ObsBurstError(f"{MODULE_NAME} is in use (reference count {count}: obsburst qdiscs exist); "
-                            "remove them first")
-    try:
-        cmd.run(["rmmod", MODULE_NAME], timeout=10)
-    except CommandError as exc:
-        raise ObsBurstError(f"rmmod {MODULE_NAME} failed: {exc.stderr.strip()}") from None
-    ledger.mark_gone(mine[-1].seq)
-
+    QDISC_MODULE.unload(ledger)
 
 
 @dataclass(frozen=True)

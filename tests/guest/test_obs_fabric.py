@@ -38,6 +38,7 @@ from mininet.topo import Topo
 from helpers import require_features, require_root
 from testbed import hostclock, nsops, setns
 from testbed.capture import Capture
+from testbed.cc.modules import KERNEL_DIR
 from testbed.ledger import Ledger
 from testbed.net import Emulation
 from testbed.optical import obsburst
@@ -79,7 +80,7 @@ def _emulation(topo, ledger: Ledger):
 def chain():
     require_root()
     require_features("netns", "fq", "clsact-bpf", "btf", "modules")
-    if not (obsburst.KERNEL_DIR / "sch_obsburst.ko").exists():
+    if not (KERNEL_DIR / "sch_obsburst.ko").exists():
         pytest.fail("kernel/sch_obsburst.ko is not built: make -C kernel")
     was_loaded = obsburst.loaded()
     ledger = Ledger.create(f"pytest-obsfabric-{os.getpid()}-{secrets.token_hex(3)}")

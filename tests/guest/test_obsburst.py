@@ -52,6 +52,7 @@ import pytest
 
 from helpers import require_features, require_root
 from testbed import cmd, hostclock, nsops, setns
+from testbed.cc.modules import KERNEL_DIR
 from testbed.ledger import Ledger
 from testbed.optical import obsburst
 from testbed.optical.burst import TIME, VOLUME, Arrival, ClassParams, assemble
@@ -77,7 +78,7 @@ PAYLOAD = (200, 1400)
 def env(tmp_path_factory):
     require_root()
     require_features("netns", "modules")
-    if not (obsburst.KERNEL_DIR / "sch_obsburst.ko").exists():
+    if not (KERNEL_DIR / "sch_obsburst.ko").exists():
         pytest.fail("kernel/sch_obsburst.ko is not built: make -C kernel")
     ledger = Ledger.create(f"test-obsburst-{os.getpid()}-{time.monotonic_ns()}")
     tok = secrets.token_hex(2)

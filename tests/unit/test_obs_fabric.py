@@ -13,7 +13,7 @@ import pytest
 from mininet.topo import Topo
 
 from testbed.errors import DefinitionError
-from testbed.optical import fabric, layout, mechanisms, obsburst
+from testbed.optical import fabric, hostnic, layout, mechanisms, obsburst
 from testbed.optical.architectures import OBS_EDGE_MIN_LIMIT, REGISTRY, parse
 from testbed.optical.burst import ClassParams
 from testbed.optical.mechanisms import NodeContext
@@ -154,6 +154,7 @@ def _obs_fabric(monkeypatch, links=LINKS, edge: str = SLOW):
     monkeypatch.setattr(fabric.maps, "reset_monitor", lambda pin: None)
     monkeypatch.setattr(mechanisms.cmd, "run", lambda argv, **kw: calls.append(("tc", kw["netns"], kw["input"])))
     monkeypatch.setattr(obsburst, "load_module", lambda ledger: calls.append(("load", ledger)))
+    monkeypatch.setattr(hostnic, "load_module", lambda ledger: calls.append(("load-hostnic", ledger)))
     monkeypatch.setattr(obsburst, "install", lambda dev, netns, config: calls.append(("obsburst", dev, config)))
     monkeypatch.setattr(obsburst, "remove", lambda dev, netns: calls.append(("remove", dev)))
     monkeypatch.setattr(obsburst, "read", lambda dev, netns: ("state", dev))
@@ -260,8 +261,9 @@ def _topo(bad_link: dict | None = None) -> Topo:
 
 
 def test_emulation_checks_links_and_loads_the_module_before_any_namespace(monkeypatch):
-    """A bad link option fails before anything exists; with good ones the obsburst module
-    is loaded (ledgered) before the namespaces, so the ledger removes it after them."""
+    """A bad link option fails before anything exists; with good ones the hosts' hostnic
+    module and the obsburst module are loaded (ledgered) before the namespaces, so the
+    ledger removes them after them."""
     from testbed import net
 
     order: list[str] = []
@@ -276,12 +278,13 @@ def test_emulation_checks_links_and_loads_the_module_before_any_namespace(monkey
 
     monkeypatch.setattr(net.Emulation, "create_namespaces", namespaces)
     monkeypatch.setattr(obsburst, "load_module", lambda led: order.append("module"))
+    monkeypatch.setattr(hostnic, "load_module", lambda led: order.append("hostnic-module"))
     with pytest.raises(DefinitionError, match=r"'link core-edge\.rate_bps': -5"):
         net.Emulation(_topo({"rate_bps": -5}), ledger, "t").build()  # type: ignore[arg-type]
     assert order == []
     with pytest.raises(Stop):
         net.Emulation(_topo(), ledger, "t").build()  # type: ignore[arg-type]
-    assert order == ["module", "namespaces"]
+    assert order == ["hostnic-module", "module", "namespaces"]
     assert net.OpticalSwitch.features({"role": "edge", "arch": SLOW}) >= {
         net.Feature.MODULES, net.Feature.FQ, net.Feature.CLSACT_BPF}
 
