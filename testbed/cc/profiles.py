@@ -90,6 +90,9 @@ KERNEL_TIMERS: tuple[tuple[str, float | None, str], ...] = (
     ("TCP_RESOURCE_PROBE_INTERVAL", 0.5, "retry interval when memory is short"),
     ("tcp timestamp clock (TCP_TS_HZ)", 0.001, "resolution of TSval/TSecr RTT samples "
      "(retransmitted segments, tcp_retries* timing)"),
+    ("TCP Small Queues budget (sk_pacing_shift 10)", 1 / 1024, "bytes a socket may have below TCP: "
+     "max(2 packets, pacing rate x this); neutralised on the optical fabric (the hosts' hostnic qdisc "
+     "ends a packet's charge when the NIC takes it) and behind a netem qdisc with delay (it orphans)"),
 )
 
 #: Differences that hold for every paper profile on Linux.

@@ -15,6 +15,10 @@ A port architecture (``testbed/optical/architectures.py``) is realised in one of
   in ``Realisation.missing``, and choosing it fails (:meth:`Realisation.require`)
   before anything is created.
 
+An EDT architecture may also be released by a qdisc of ours: the hosts' ``nic`` by
+``hostnic`` (``kernel/sch_hostnic.c``, ``testbed.optical.hostnic.HOSTNIC``), which
+releases like fq and ends each packet's charge to its socket at enqueue.
+
 The fabric (``testbed/optical/fabric.py``) installs, per node, the mechanism of that
 node's realisation through :meth:`Mechanism.install`, giving it the node's
 :class:`NodeContext` (time dilation, per-port rates, which ports face hosts). A

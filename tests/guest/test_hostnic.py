@@ -1,0 +1,203 @@
+"""The hostnic qdisc (kernel/sch_hostnic.c), the fabric hosts' NIC queue, in the
+full-kernel guest.
+
+Set-up: namespaces A and B, a veth pair a (in A) -- b (in B), a NOARP with a static
+address; the qdisc under test is a's root qdisc. Datagrams carry their departure time
+with SO_TXTIME (CLOCK_MONOTONIC; skb->tstamp, as the fabric's egress program stamps
+it). Measured by the kernel, independently of the qdisc, on the sender's error queue
+(SO_TIMESTAMPING with OPT_ID, CLOCK_REALTIME): SCHED, taken in __dev_queue_xmit just
+before the enqueue, and SND, taken by veth_xmit just after the dequeue.
+
+* Release: datagrams sent in a shuffled order of departure times leave in departure
+  order, none before its time and none later than TOL_LATE (under QEMU icount the
+  path from the watchdog to veth_xmit is short and deterministic); ``out_of_order``
+  counts exactly the datagrams stamped earlier than one queued before them.
+* Orphaning, the reason the qdisc exists: while the qdisc holds a datagram, the
+  sending socket's transmit memory (SO_MEMINFO WMEM_ALLOC) is back to zero; under
+  ``fq`` (the counterfactual, same datagram) it stays charged until the release. Across
+  the emulated fabric that charge is what TCP Small Queues limit (docs/environment.md).
+* Bounds: bad options are refused by the module with its message; without options the
+  module takes its default limit.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import secrets
+import socket
+import struct
+import time
+
+import pytest
+
+from helpers import require_features, require_root
+from testbed import cmd, nsops, setns
+from testbed.cc.modules import KERNEL_DIR
+from testbed.ledger import Ledger
+from testbed.optical import hostnic, qdiscnl
+
+SO_TIMESTAMPING, SO_TXTIME, SCM_TXTIME, SO_MEMINFO = 37, 61, 61, 55
+SOF_TIMESTAMPING_TX_SOFTWARE, SOF_TIMESTAMPING_SOFTWARE = 1 << 1, 1 << 4
+SOF_TIMESTAMPING_OPT_ID, SOF_TIMESTAMPING_TX_SCHED = 1 << 7, 1 << 8
+SOF_TIMESTAMPING_OPT_TSONLY = 1 << 11
+SO_EE_ORIGIN_TIMESTAMPING, SCM_TSTAMP_SND, SCM_TSTAMP_SCHED = 4, 0, 1
+SK_MEMINFO_WMEM_ALLOC = 2
+CLOCK_MONOTONIC = 1
+#: a release may be this much after its stamp (watchdog hrtimer, NET_TX softirq, veth_xmit)
+TOL_LATE_NS = 200_000
+#: the stamp-to-stamp clock conversion (two clock reads in user space) may be off by this
+TOL_CLOCK_NS = 20_000
+DST = ("10.78.0.2", 9)
+
+
+@pytest.fixture(scope="module")
+def env():
+    require_root()
+    require_features("netns", "modules", "fq")
+    if not (KERNEL_DIR / "sch_hostnic.ko").exists():
+        pytest.fail("kernel/sch_hostnic.ko is not built: make -C kernel")
+    ledger = Ledger.create(f"test-hostnic-{os.getpid()}-{time.monotonic_ns()}")
+    tok = secrets.token_hex(2)
+    ns_a, ns_b, dev_a, dev_b = f"hnA{tok}", f"hnB{tok}", f"hna{tok}", f"hnb{tok}"
+    try:
+        for ns in (ns_a, ns_b):
+            assert not nsops.netns_exists(ns)
+            ledger.add("netns", name=ns)
+            cmd.run(["ip", "netns", "add", ns])
+            for key in ("net.ipv6.conf.all.disable_ipv6", "net.ipv6.conf.default.disable_ipv6"):
+                try:
+                    nsops.sysctl_write(ns, key, 1)
+                except nsops.NsOpsError:
+                    pass            # no IPv6 in this kernel: nothing to silence
+        ledger.add("link", name=dev_a, netns=ns_a, peer=dev_b, peer_netns=ns_b)
+        nsops.add_veth(dev_a, ns_a, dev_b, ns_b)
+        nsops.configure_link(dev_a, ns_a, offloads=False, arp=False, up=True)
+        nsops.configure_link(dev_b, ns_b, offloads=False, arp=False, up=True)
+        nsops.add_address(dev_a, ns_a, "10.78.0.1/24")
+        hostnic.load_module(ledger)
+        yield {"ledger": ledger, "ns_a": ns_a, "dev_a": dev_a}
+    finally:
+        errors = ledger.teardown()
+    assert not errors, errors
+
+
+def sender(ns: str) -> socket.socket:
+    with setns.entered(ns):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, SO_TXTIME, struct.pack("=iI", CLOCK_MONOTONIC, 0))
+    s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPING, SOF_TIMESTAMPING_TX_SCHED | SOF_TIMESTAMPING_TX_SOFTWARE
+                 | SOF_TIMESTAMPING_SOFTWARE | SOF_TIMESTAMPING_OPT_ID | SOF_TIMESTAMPING_OPT_TSONLY)
+    return s
+
+
+def send_at(s: socket.socket, payload: bytes, txtime_ns: int) -> None:
+    s.sendmsg([payload], [(socket.SOL_SOCKET, SCM_TXTIME, struct.pack("=Q", txtime_ns))], 0, DST)
+
+
+def tx_stamps(s: socket.socket, want: int, timeout_s: float) -> dict[int, dict[int, int]]:
+    """{OPT_ID: {SCM_TSTAMP_SCHED or SCM_TSTAMP_SND: CLOCK_REALTIME ns}} from the error
+    queue, until ``want`` datagrams have both stamps or the timeout (guest clock)."""
+    out: dict[int, dict[int, int]] = {}
+    deadline = time.monotonic() + timeout_s
+    while sum(len(v) == 2 for v in out.values()) < want and time.monotonic() < deadline:
+        try:
+            _d, anc, _f, _a = s.recvmsg(64, 1024, socket.MSG_ERRQUEUE | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            time.sleep(0.001)
+            continue
+        ts = key = kind = None
+        for level, typ, data in anc:
+            if level == socket.SOL_SOCKET and typ == SO_TIMESTAMPING:
+                sec, nsec = struct.unpack_from("=qq", data)
+                ts = sec * 1_000_000_000 + nsec
+            elif level == socket.SOL_IP and typ == 11:            # IP_RECVERR
+                _e, origin, _t, _c, _p, info, data_ = struct.unpack_from("=IBBBBII", data)
+                if origin == SO_EE_ORIGIN_TIMESTAMPING:
+                    kind, key = info, data_
+        if ts is not None and key is not None:
+            out.setdefault(key, {})[kind] = ts
+    return out
+
+
+def wmem_alloc(s: socket.socket) -> int:
+    return struct.unpack("=9I", s.getsockopt(socket.SOL_SOCKET, SO_MEMINFO, 36))[SK_MEMINFO_WMEM_ALLOC]
+
+
+def realtime_minus_monotonic() -> int:
+    a = time.clock_gettime_ns(time.CLOCK_REALTIME)
+    m = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    b = time.clock_gettime_ns(time.CLOCK_REALTIME)
+    return (a + b) // 2 - m
+
+
+def test_releases_at_the_stamped_time_in_stamp_order(env):
+    hostnic.install(env["dev_a"], env["ns_a"], ledger=env["ledger"])
+    n, gap_ns = 40, 1_000_000
+    order = list(range(n))
+    random.Random(5).shuffle(order)
+    s = sender(env["ns_a"])
+    try:
+        offset = realtime_minus_monotonic()
+        base = time.clock_gettime_ns(time.CLOCK_MONOTONIC) + 20_000_000
+        txtime = {}
+        for opt_id, slot in enumerate(order):      # OPT_ID counts datagrams in send order
+            txtime[opt_id] = base + slot * gap_ns
+            send_at(s, struct.pack("=I", slot) + b"x" * 200, txtime[opt_id])
+        stamps = tx_stamps(s, n, timeout_s=30)
+    finally:
+        s.close()
+    assert len(stamps) == n and all(len(v) == 2 for v in stamps.values()), (
+        f"only {sum(len(v) == 2 for v in stamps.values())}/{n} datagrams with SCHED and SND stamps "
+        "(veth_xmit takes the SND stamp)")
+    released = sorted(stamps, key=lambda k: stamps[k][SCM_TSTAMP_SND])
+    assert released == sorted(txtime, key=txtime.get), "not released in stamp order"
+    late = [stamps[k][SCM_TSTAMP_SND] - offset - txtime[k] for k in txtime]
+    assert min(late) >= -TOL_CLOCK_NS, f"released {-min(late)} ns before its stamp"
+    assert max(late) <= TOL_LATE_NS, f"released {max(late)} ns after its stamp"
+    assert all(stamps[k][SCM_TSTAMP_SCHED] - offset < txtime[k] for k in txtime), "enqueued after its stamp"
+    st = hostnic.read(env["dev_a"], env["ns_a"])
+    expected_ooo = sum(1 for i, slot in enumerate(order) if i and slot < max(order[:i]))
+    assert st.out_of_order == expected_ooo
+    assert (st.drops, st.qlen, st.config.limit) == (0, 0, hostnic.LIMIT_DEFAULT)
+    assert st.sent_packets >= n and st.orphaned >= n and st.max_qlen >= n - 1
+    print(f"\nHOSTNIC release lateness: min {min(late)} ns, max {max(late)} ns; out_of_order {st.out_of_order}")
+
+
+@pytest.mark.parametrize("qdisc", ["hostnic", "fq"])
+def test_a_held_datagram_no_longer_charges_its_socket(env, qdisc):
+    """hostnic: the socket's transmit memory is free while the qdisc holds the datagram;
+    fq (the counterfactual): it stays charged until the release."""
+    if qdisc == "hostnic":
+        hostnic.install(env["dev_a"], env["ns_a"], ledger=env["ledger"])
+    else:
+        env["ledger"].add("qdisc", dev=env["dev_a"], netns=env["ns_a"], parent="root")
+        cmd.run(["tc", "qdisc", "replace", "dev", env["dev_a"], "root", "fq", "nopacing", "horizon", "3600s",
+                 "horizon_cap"], netns=env["ns_a"])
+    s = sender(env["ns_a"])
+    try:
+        assert wmem_alloc(s) == 0
+        send_at(s, b"y" * 1000, time.clock_gettime_ns(time.CLOCK_MONOTONIC) + 3_000_000_000)
+        held = wmem_alloc(s)
+        out = cmd.run(["tc", "-s", "qdisc", "show", "dev", env["dev_a"]], netns=env["ns_a"]).stdout
+        assert "backlog" in out and " 1p " in out, f"the qdisc does not hold the datagram:\n{out}"
+    finally:
+        s.close()
+    if qdisc == "hostnic":
+        assert held == 0, f"hostnic left {held} B charged to the socket while holding its datagram"
+    else:
+        assert held > 1000, f"fq: expected the held datagram charged to its socket, got {held} B"
+
+
+def test_options_are_checked_by_the_module(env):
+    dev, ns = env["dev_a"], env["ns_a"]
+    hostnic.install(dev, ns, hostnic.HostNicConfig(7), ledger=env["ledger"])
+    assert hostnic.read(dev, ns).config.limit == 7
+    for raw, msg in ((struct.pack("=2I", 1, 0), "limit must be 1..10000000"),
+                     (struct.pack("=2I", 9, 10), "version differs"),
+                     (struct.pack("=I", 1), "not a struct tc_hostnic_qopt")):
+        with pytest.raises(hostnic.HostNicError, match=msg):
+            qdiscnl.replace_root(dev, ns, hostnic.KIND, raw, hostnic.HostNicError, hostnic.QDISC_MODULE)
+    # tc passes no options for a qdisc it has no parser for: the module's defaults
+    cmd.run(["tc", "qdisc", "replace", "dev", dev, "root", "hostnic"], netns=ns)
+    assert hostnic.read(dev, ns).config.limit == hostnic.LIMIT_DEFAULT
