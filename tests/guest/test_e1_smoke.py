@@ -45,7 +45,7 @@ TAU_9064_S = 9064 * 8 / 10e9
 
 def test_e1_smoke(tmp_path):
     require_root()
-    require_features("netns", "fq", "clsact-bpf", "btf")
+    require_features("netns", "fq", "clsact-bpf", "btf", "modules")
     (tmp_path / "e1-smoke.toml").write_text(DEFINITION)
     out = tmp_path / "res"
     proc = run_testbed("run", str(tmp_path / "e1-smoke.toml"), "--native", "--out", str(out), timeout=1500)

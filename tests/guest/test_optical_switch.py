@@ -1,10 +1,14 @@
-"""Optical switch integration in the full-kernel guest (fq releases stamped packets).
+"""Optical switch integration in the full-kernel guest (fq releases the switches'
+stamped packets, hostnic the hosts').
 
 (a) two senders into one output: all-optical drops the contended packets, hybrid with
     n_e = 1 buffers one and drops the next concurrent one, electronic never drops;
 (b) on an idle 5-hop path (4 switches) the one-way delay is tau + propagation with
     cut-through switches and 5 tau + propagation with electronic ones;
-(c) per-packet ECMP spreads packets uniformly over 4 equal paths (chi-square test).
+(c) per-packet ECMP spreads packets uniformly over 4 equal paths (chi-square test);
+(d) TCP Small Queues do not hold a sender below its cwnd (hosts' hostnic qdisc): a
+    CUBIC transfer over 4 electronic switches fills the link, and with fq as the
+    hosts' queue (the counterfactual) it does not.
 
 Time dilation: 10 Gbit/s ports at D = 40000 (tau of a 1514 B frame 48 ms), so that tau
 is far above the guest's timer lateness, which the fidelity monitor measures here too.
@@ -17,6 +21,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import threading
 import time
 from contextlib import contextmanager
 
@@ -27,6 +32,7 @@ from testbed import hostclock, setns
 from testbed.ledger import Ledger
 from testbed.net import Emulation
 from testbed.optical import layout
+from testbed.optical.mechanisms import FQ_OPTS
 from testbed.optical.routes import uniformity_p_value
 from testbed.units import propagation_delay_s
 from topologies.optical import OpticalChain, OpticalParallel, OpticalStar
@@ -54,7 +60,7 @@ def _udp_socket(netns: str) -> socket.socket:
 @contextmanager
 def _emulation(topo):
     require_root()
-    require_features("netns", "fq", "clsact-bpf", "btf")
+    require_features("netns", "fq", "clsact-bpf", "btf", "modules")
     ledger = Ledger.create(f"pytest-optical-{os.getpid()}-{secrets.token_hex(3)}")
     token = "ot" + secrets.token_hex(2)
     try:
@@ -168,3 +174,59 @@ def test_fidelity_lateness_at_default_d():
         print(f"\nOPTSW_P99_US {mon['p99_ns'] / 1e3:.1f}\nOPTSW_MONITOR {mon}")
         assert mon["packets"] >= 50  # 10 packets x 5 hops
         assert mon["p99_ns"] < TAU / 4, mon
+
+
+# TCP Small Queues (docs/environment.md): a socket may have about max(2 packets, pacing
+# rate x ~1 ms of emulation time) below TCP, and a packet counts against it until some
+# hop orphans it. The hosts' hostnic qdisc does so when the NIC takes the packet; fq
+# (the counterfactual) does not, so the charge lasts until the receiver has the packet.
+# On 4 electronic switches (5 store-and-forward hops, BDP ~5 packets) a CUBIC bulk
+# transfer (cubic sets a pacing rate) then keeps ~2 packets in the path: ~40 % of the
+# line rate; with hostnic cwnd alone limits it and it fills the link.
+TSQ_TDF = 4000.0
+TSQ_BYTES = 600 * 1448
+
+
+def _bulk_goodput_bps(emu, nbytes: int) -> float:
+    """Paper bit/s of one CUBIC transfer h1 -> h2 of ``nbytes``: payload bytes over the
+    receiver's time from its first to its last byte (emulation clock x 1/D)."""
+    with setns.entered(emu["h2"].netns):
+        srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    with setns.entered(emu["h1"].netns):
+        cli = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    with srv, cli:
+        srv.bind((emu["h2"].ip, 5999))
+        srv.listen(1)
+        cli.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, b"cubic")
+        cli.connect((emu["h2"].ip, 5999))
+        conn, _ = srv.accept()
+        with conn:
+            t = threading.Thread(target=cli.sendall, args=(bytes(nbytes),))
+            t.start()
+            got, first, last = 0, None, None
+            deadline = hostclock.Deadline(600)
+            conn.settimeout(5)
+            while got < nbytes and not deadline.expired():
+                chunk = conn.recv(1 << 16)
+                if not chunk:
+                    break
+                now = time.monotonic_ns()
+                first = now if first is None else first
+                last, got = now, got + len(chunk)
+            t.join(timeout=60)
+    assert got == nbytes, f"received {got} of {nbytes} bytes"
+    return (got - 1448) * 8 / ((last - first) / 1e9 / TSQ_TDF)
+
+
+@pytest.mark.parametrize("host_qdisc", ["hostnic", "fq"])
+def test_tcp_small_queues_do_not_hold_the_sender(host_qdisc):
+    with _emulation(OpticalChain(n_switches=4, model="electronic", rate_bps=RATE, tdf=TSQ_TDF)) as emu:
+        if host_qdisc == "fq":
+            emu["h1"].run(["tc", "qdisc", "replace", "dev", emu["h1"].intfs[0], "root", "fq", *FQ_OPTS])
+        goodput = _bulk_goodput_bps(emu, TSQ_BYTES)
+        print(f"\nTSQ_GOODPUT {host_qdisc} {goodput / 1e9:.2f} Gb/s")
+        if host_qdisc == "hostnic":
+            assert goodput > 0.8 * RATE, f"hostnic: {goodput / 1e9:.2f} Gb/s, cwnd should fill the path"
+        else:
+            assert goodput < 0.6 * RATE, (f"fq: {goodput / 1e9:.2f} Gb/s; TCP Small Queues no longer hold "
+                                          "the sender across veth pairs in this kernel (update docs/environment.md)")
