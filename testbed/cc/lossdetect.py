@@ -49,6 +49,12 @@ Meaning in Linux 6.1 (net/ipv4/tcp_timer.c, tcp_input.c, tcp_output.c, tcp_minis
 ``TcpRetransSegs`` (snmp)
     Every retransmitted segment (``__tcp_retransmit_skb()``: fast, slow start, timer,
     TLP, SYN / SYN-ACK).
+``TcpExtTCPSACKReorder`` / ``TCPRenoReorder`` / ``TCPTSReorder``
+    Reordering detected (``tcp_check_sack_reordering()``, ``tcp_update_reordering()``:
+    by SACK blocks, by dupACKs without SACK, by timestamps): a segment was reported
+    received out of order by more than the reordering threshold's distance, which is
+    then raised. With per-packet multipath routing this is how a fast retransmit of a
+    segment that was only late (not lost) shows up.
 ``TcpExtTCPDSACKRecv`` / ``TCPDSACKOfoRecv`` / ``TCPDSACKRecvSegs``
     DSACK blocks received (below / above the cumulative ACK) and the segments they
     cover: retransmissions the receiver already had (spurious ones).
@@ -64,6 +70,7 @@ Classification (``LossDetection``):
   counts);
 * ``spurious_rto`` = ``TCPLossUndo + TCPSpuriousRTOs``, ``spurious_fast`` =
   ``TCPFullUndo + TCPPartialUndo + TCPDSACKUndo``;
+* ``reordering`` = ``TCPSACKReorder + TCPRenoReorder + TCPTSReorder``;
 * ``retrans_segs`` = ``TcpRetransSegs - TCPSynRetrans`` (data segments),
   ``spurious_retrans_segs`` = ``TCPDSACKRecvSegs`` (a lower bound: a DSACK carried by a
   lost ACK is not counted).
@@ -92,7 +99,8 @@ REQUIRED = ("TcpExtTCPTimeouts", "TcpExtTCPSynRetrans", "TcpExtTCPSackRecovery",
             "TcpExtTCPSackRecoveryFail", "TcpExtTCPRenoRecoveryFail", "TcpExtTCPLossUndo",
             "TcpExtTCPSpuriousRTOs", "TcpExtTCPFullUndo", "TcpExtTCPPartialUndo", "TcpExtTCPDSACKUndo",
             "TcpExtTCPLossProbes", "TcpExtTCPLossProbeRecovery", "TcpExtTCPFastRetrans",
-            "TcpExtTCPSlowStartRetrans", "TcpExtTCPDSACKRecv", "TcpExtTCPDSACKRecvSegs", "TcpRetransSegs")
+            "TcpExtTCPSlowStartRetrans", "TcpExtTCPDSACKRecv", "TcpExtTCPDSACKRecvSegs", "TcpRetransSegs",
+            "TcpExtTCPSACKReorder", "TcpExtTCPRenoReorder", "TcpExtTCPTSReorder")
 
 
 class LossDetectError(TestbedError):
@@ -183,6 +191,7 @@ class LossDetection:
     slow_start_retrans_segs: int  #: of those, sent from the queue in the Loss state (after an RTO)
     spurious_retrans_segs: int  #: segments a DSACK reported as received twice
     syn_timeouts: int           #: SYN / SYN-ACK retransmissions (timer expiries of handshakes)
+    reordering: int = 0         #: reorderings detected (SACK, dupACKs or timestamps)
 
     def __add__(self, other: LossDetection) -> LossDetection:
         return LossDetection(**{k: v + getattr(other, k) for k, v in asdict(self).items()})
@@ -223,6 +232,7 @@ def classify(d: Mapping[str, int]) -> LossDetection:
         slow_start_retrans_segs=g("TCPSlowStartRetrans"),
         spurious_retrans_segs=g("TCPDSACKRecvSegs"),
         syn_timeouts=syn,
+        reordering=g("TCPSACKReorder", "TCPRenoReorder", "TCPTSReorder"),
     )
 
 

@@ -17,9 +17,10 @@ timestamps: 8998 B payload); TSO/GSO/GRO are off, so one skb is one packet.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from testbed.dilation import TimeDilation
@@ -91,6 +92,14 @@ class E1FatTree(FlowFamily):
         Metric("spurious_retransmits", "count", "retransmissions a DSACK confirmed spurious (lower bound)"),
         Metric("spurious_fraction", "1", "spurious_retransmits / data_segments"),
         Metric("retransmits_beyond_drops", "count", "retransmits minus switch drops: spurious at least"),
+        Metric("loss_events_rto", "count", "losses the senders detected by an RTO expiry (kernel counters of "
+               "every server, testbed/cc/lossdetect.py)"),
+        Metric("loss_events_fast", "count", "losses the senders detected by duplicate ACKs / SACK (fast "
+               "recovery entries)"),
+        Metric("spurious_recoveries_undone", "count", "RTO and fast recoveries the kernel undid as spurious "
+               "(timestamps, DSACK)"),
+        Metric("reorderings", "count", "reorderings the senders detected (per-packet ECMP: a late segment, "
+               "not a lost one)"),
         Metric("packets_switched", "count", "packets the switches handled (cut through, buffered, dropped)"),
         Metric("packets_dropped", "count", "packets the switches dropped"),
         Metric("loss_ratio", "1", "packets_dropped / packets_switched"),
@@ -208,8 +217,19 @@ class E1FatTree(FlowFamily):
                            granularities_s=(window / 20,))
 
     @classmethod
+    @contextlib.contextmanager
+    def control(cls, fp: FlowPoint) -> Iterator[None]:
+        """The servers' TCP loss-detection counters around the traffic."""
+        from testbed.cc import lossdetect
+
+        before = lossdetect.snapshot([h.netns for h in fp.hosts])
+        yield
+        fp.measured["tcp"] = lossdetect.between(before, lossdetect.snapshot([h.netns for h in fp.hosts]))
+
+    @classmethod
     def summarise(cls, fp: FlowPoint, result: "TrafficResult") -> dict[str, Any]:
         row = summarise(result, fp.ctx.optical_counters or [], fp.ctx, fp.values)
+        row.update(loss_columns(fp.measured.get("tcp")))
         # the initial RTO the kernel used (paper time): below the requested one when x D
         # exceeds TCP_RTO_MAX (profiles.json holds the note, the log a warning)
         rtos = {h["init_rto"]["effective_paper_s"] for h in fp.cca.values() if "init_rto" in h}
@@ -300,6 +320,16 @@ def summarise(res: Any, counters: list[dict], ctx: "PointContext", v: dict[str, 
         "max_buffer_bytes": max(node_occ.values(), default=0),
         "lateness_p99_s": lateness_p99 if lateness_p99 is not None else math.nan,
     }
+
+
+def loss_columns(tcp: Any) -> dict[str, Any]:
+    """How the senders detected their losses (a ``lossdetect.LossDetection`` summed
+    over every server; None: not measured, NaN columns)."""
+    if tcp is None:
+        return {k: math.nan for k in ("loss_events_rto", "loss_events_fast", "spurious_recoveries_undone",
+                                      "reorderings")}
+    return {"loss_events_rto": tcp.rto, "loss_events_fast": tcp.fast,
+            "spurious_recoveries_undone": tcp.spurious_rto + tcp.spurious_fast, "reorderings": tcp.reordering}
 
 
 def retransmission_columns(flows: list[Any]) -> dict[str, Any]:
