@@ -9,8 +9,9 @@ the emulation's p99 lateness stays small against one 9064 B packet duration, and
 second point reused the first point's fat-tree (one build per run). Electronic
 switches never drop, so with the paper's 1 ms initial RTO (the first data segment timed
 with it, then the kernel's estimator), an ACK per segment and an initial window of one
-segment, SACK makes no retransmission there (before: 23 retransmissions, all spurious,
-from the RTO the 74 B SYN left); the spurious-retransmission columns are in the summary.
+segment, SACK's retransmissions there stay below 1 % of its data segments (before: 23
+retransmissions of ~300 segments, all spurious, from the RTO the 74 B SYN left); the
+spurious-retransmission and loss-detection columns are in the summary.
 
 D = 10000 (a 9064 B packet lasts 72.5 ms): at D = 1000 a TCG guest showed p99 lateness
 58.7 ms against tau = 7.25 ms. About 5 minutes under TCG.
@@ -73,7 +74,20 @@ def test_e1_smoke(tmp_path):
         assert int(r["data_segments"]) > 0 and 0 <= int(r["spurious_retransmits"]) <= int(r["retransmits"])
         assert float(r["spurious_fraction"]) == int(r["spurious_retransmits"]) / int(r["data_segments"])
         assert float(r["initial_rto_effective_s"]) == 1e-3
-    assert int(rows["electronic"]["retransmits"]) == 0, rows["electronic"]
+    # Electronic switches never drop, so every retransmission there is spurious: at most
+    # 1 % of the data segments (issue 11). The SYN-seeded RTO made 23 here (of ~300);
+    # none since the first data segment is timed with T_1. What can remain is the
+    # paper's own model: packets are sprayed over equal-cost paths, so a segment can
+    # arrive late behind later ones (reorderings below) and SACK's dupACK rule may
+    # retransmit it (the smoke point saw 0 or 1 once senders were no longer held to two
+    # packets in flight by TCP Small Queues).
+    el = rows["electronic"]
+    assert int(el["retransmits"]) <= 0.01 * int(el["data_segments"]), el
+    assert int(el["retransmits_beyond_drops"]) == int(el["retransmits"]), el
+    assert int(el["reorderings"]) > 0, "no reordering on sprayed paths: is per-packet ECMP on?"
+    for r in rows.values():
+        print(f"{r['switch']}: loss events RTO {r['loss_events_rto']}, fast {r['loss_events_fast']}, undone "
+              f"{r['spurious_recoveries_undone']}, reorderings {r['reorderings']}")
     # the results folder is complete: raw data of every point, manifest, report
     for p in sorted((out / "points").glob("p[0-9]*")):
         assert json.loads((p / "status.json").read_text())["state"] == "complete"

@@ -198,6 +198,11 @@ def test_options_are_checked_by_the_module(env):
                      (struct.pack("=I", 1), "not a struct tc_hostnic_qopt")):
         with pytest.raises(hostnic.HostNicError, match=msg):
             qdiscnl.replace_root(dev, ns, hostnic.KIND, raw, hostnic.HostNicError, hostnic.QDISC_MODULE)
-    # tc passes no options for a qdisc it has no parser for: the module's defaults
+    # tc passes no options for a qdisc it has no parser for: a new qdisc takes the
+    # module's defaults (a replace of a hostnic qdisc without options changes nothing:
+    # the kernel calls change() only with TCA_OPTIONS)
     cmd.run(["tc", "qdisc", "replace", "dev", dev, "root", "hostnic"], netns=ns)
+    assert hostnic.read(dev, ns).config.limit == 7
+    qdiscnl.delete_root(dev, ns, hostnic.HostNicError)
+    cmd.run(["tc", "qdisc", "add", "dev", dev, "root", "hostnic"], netns=ns)
     assert hostnic.read(dev, ns).config.limit == hostnic.LIMIT_DEFAULT
