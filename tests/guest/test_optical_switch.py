@@ -181,9 +181,12 @@ def test_fidelity_lateness_at_default_d():
 # hop orphans it. The hosts' hostnic qdisc does so when the NIC takes the packet; fq
 # (the counterfactual) does not, so the charge lasts until the receiver has the packet.
 # On 4 electronic switches (5 store-and-forward hops, BDP ~5 packets) a CUBIC bulk
-# transfer (cubic sets a pacing rate) then keeps ~2 packets in the path: ~40 % of the
-# line rate; with hostnic cwnd alone limits it and it fills the link.
-TSQ_TDF = 4000.0
+# transfer (cubic sets a pacing rate) then keeps max(2, ~2 x cwnd x 1 ms / srtt) packets
+# in the path, srtt in emulation time (paper RTT x D): at D = 40000 (srtt ~240 ms) that
+# is 2 packets until cwnd passes ~600, ~40 % of the line rate (E1, 9064 B frames at
+# D = 10 000, has srtt ~0.5 s); with hostnic cwnd alone limits it and it fills the link.
+# (At D = 4000, srtt ~24 ms, the budget reached the BDP at cwnd ~60: fq gave 7.4 Gb/s.)
+TSQ_TDF = TDF
 TSQ_BYTES = 600 * 1448
 
 
