@@ -1,5 +1,5 @@
-"""Helpers shared by the test tiers: root/feature skips (kselftest style), the killed-run
-scenario.
+"""Helpers shared by the test tiers: root/feature skips (kselftest style), two
+namespaces joined by a veth pair, the killed-run scenario.
 
 Imported as `helpers` (pyproject sets pytest's pythonpath to tests/). Fixtures live in
 conftest.py and no test imports a conftest module: two conftest.py files collected in one
@@ -42,6 +42,30 @@ def require_features(*names: str) -> None:
         if os.environ.get("TESTBED_REQUIRE_FEATURES") == "1":
             pytest.fail(f"this kernel must have {', '.join(missing)}: {msg}")
         pytest.skip(f"kernel lacks {msg}")
+
+
+def veth_between_namespaces(ledger: Ledger, ns_a: str, ns_b: str, dev_a: str, dev_b: str,
+                            address_a: str) -> None:
+    """Namespaces ``ns_a`` and ``ns_b`` (IPv6 off) joined by a veth pair ``dev_a`` --
+    ``dev_b``, both up, offloads off and NOARP (frames go out to ``dev_a``'s own MAC, so
+    nothing but the test's packets crosses); ``address_a`` (CIDR) on ``dev_a``. Each
+    object is recorded in ``ledger`` before it is created."""
+    from testbed import nsops
+
+    for ns in (ns_a, ns_b):
+        assert not netns_exists(ns)
+        ledger.add("netns", name=ns)
+        cmd.run(["ip", "netns", "add", ns])
+        for key in ("net.ipv6.conf.all.disable_ipv6", "net.ipv6.conf.default.disable_ipv6"):
+            try:
+                nsops.sysctl_write(ns, key, 1)
+            except nsops.NsOpsError:
+                pass            # no IPv6 in this kernel: nothing to silence
+    ledger.add("link", name=dev_a, netns=ns_a, peer=dev_b, peer_netns=ns_b)
+    nsops.add_veth(dev_a, ns_a, dev_b, ns_b)
+    nsops.configure_link(dev_a, ns_a, offloads=False, arp=False, up=True)
+    nsops.configure_link(dev_b, ns_b, offloads=False, arp=False, up=True)
+    nsops.add_address(dev_a, ns_a, address_a)
 
 
 def run_testbed(*args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -31,8 +31,8 @@ import time
 
 import pytest
 
-from helpers import require_features, require_root
-from testbed import cmd, nsops, setns
+from helpers import require_features, require_root, veth_between_namespaces
+from testbed import cmd, setns
 from testbed.cc.modules import KERNEL_DIR
 from testbed.ledger import Ledger
 from testbed.optical import hostnic, qdiscnl
@@ -61,20 +61,7 @@ def env():
     tok = secrets.token_hex(2)
     ns_a, ns_b, dev_a, dev_b = f"hnA{tok}", f"hnB{tok}", f"hna{tok}", f"hnb{tok}"
     try:
-        for ns in (ns_a, ns_b):
-            assert not nsops.netns_exists(ns)
-            ledger.add("netns", name=ns)
-            cmd.run(["ip", "netns", "add", ns])
-            for key in ("net.ipv6.conf.all.disable_ipv6", "net.ipv6.conf.default.disable_ipv6"):
-                try:
-                    nsops.sysctl_write(ns, key, 1)
-                except nsops.NsOpsError:
-                    pass            # no IPv6 in this kernel: nothing to silence
-        ledger.add("link", name=dev_a, netns=ns_a, peer=dev_b, peer_netns=ns_b)
-        nsops.add_veth(dev_a, ns_a, dev_b, ns_b)
-        nsops.configure_link(dev_a, ns_a, offloads=False, arp=False, up=True)
-        nsops.configure_link(dev_b, ns_b, offloads=False, arp=False, up=True)
-        nsops.add_address(dev_a, ns_a, "10.78.0.1/24")
+        veth_between_namespaces(ledger, ns_a, ns_b, dev_a, dev_b, "10.78.0.1/24")
         hostnic.load_module(ledger)
         yield {"ledger": ledger, "ns_a": ns_a, "dev_a": dev_a}
     finally:

@@ -50,8 +50,8 @@ import time
 
 import pytest
 
-from helpers import require_features, require_root
-from testbed import cmd, hostclock, nsops, setns
+from helpers import require_features, require_root, veth_between_namespaces
+from testbed import hostclock, setns
 from testbed.cc.modules import KERNEL_DIR
 from testbed.ledger import Ledger
 from testbed.optical import obsburst
@@ -86,20 +86,7 @@ def env(tmp_path_factory):
     was_loaded = obsburst.loaded()
     out = tmp_path_factory.mktemp("obsburst")
     try:
-        for ns in (ns_a, ns_b):
-            assert not nsops.netns_exists(ns)
-            ledger.add("netns", name=ns)
-            cmd.run(["ip", "netns", "add", ns])
-            for key in ("net.ipv6.conf.all.disable_ipv6", "net.ipv6.conf.default.disable_ipv6"):
-                try:
-                    nsops.sysctl_write(ns, key, 1)
-                except nsops.NsOpsError:
-                    pass            # no IPv6 in this kernel: nothing to silence
-        ledger.add("link", name=dev_a, netns=ns_a, peer=dev_b, peer_netns=ns_b)
-        nsops.add_veth(dev_a, ns_a, dev_b, ns_b)
-        nsops.configure_link(dev_a, ns_a, offloads=False, arp=False, up=True)
-        nsops.configure_link(dev_b, ns_b, offloads=False, arp=False, up=True)
-        nsops.add_address(dev_a, ns_a, "10.77.0.1/24")
+        veth_between_namespaces(ledger, ns_a, ns_b, dev_a, dev_b, "10.77.0.1/24")
         loaded_here = obsburst.load_module(ledger)
         assert loaded_here != was_loaded
         yield {"ledger": ledger, "ns_a": ns_a, "ns_b": ns_b, "dev_a": dev_a, "dev_b": dev_b,
