@@ -6,7 +6,7 @@ It releases each packet at the departure time the host's egress program stamped
 transmission for its socket when the NIC takes it (``skb_orphan_partial()``, as netem
 does). With ``fq`` there, TCP Small Queues counted every packet against its sender
 until the receiver got it (the socket reference crosses the veth pairs), with a
-budget of about two packets computed in emulation time: senders whose kernel sets a
+budget of a few packets (pacing rate x 1 ms, computed in emulation time): senders whose kernel sets a
 pacing rate (the ``sack`` profile) were held far below their cwnd (E1, lone flows
 across the core: 4.2 Gb/s with cwnd 12..19 instead of ~9 Gb/s; docs/environment.md).
 
