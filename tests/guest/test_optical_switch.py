@@ -186,7 +186,7 @@ def test_fidelity_lateness_at_default_d():
 # are 1 km long (one way 5 tau + 24 us ~ 25 tau of a 1514 B frame, BDP ~45 packets):
 # under fq a CUBIC bulk transfer keeps its few packets in the path, far below the line
 # rate; with hostnic cwnd alone limits it, slow start reaches the BDP in a few RTTs and
-# the transfer fills the link.
+# the transfer fills the link. Measured (2026-11-24): hostnic 9.26 Gb/s, fq 1.53 Gb/s.
 TSQ_TDF = TDF
 TSQ_LINK_M = 1000.0
 TSQ_BYTES = 2000 * 1448
