@@ -316,16 +316,18 @@ class OpticalFabric:
         return out
 
     def counters(self) -> list[dict]:
-        """One row per (node, port): decisions, bytes, busy time, occupancy, receive."""
+        """One row per (node, port): the qdisc releasing the port's packets, decisions,
+        bytes, busy time, occupancy, receive."""
         states = maps.read_states(self.pin_dir, {np.node_id: len(np.ports) for np in self.nodes.values()})
         rows = []
         for np in self.nodes.values():
             st = states.get(np.node_id)
             if st is None:
                 continue
+            qdiscs = (np.mechanism or np.assignment.mechanism).plan(np.devs, np.context)
             for p, (pc, ps) in enumerate(zip(np.ports, st["ports"])):
                 rows.append({"node": np.name, "model": np.model, "n_e": np.n_e, "port": p,
-                             "intf": np.devs[p], "peer": np.peers[p],
+                             "intf": np.devs[p], "peer": np.peers[p], "qdisc": qdiscs[np.devs[p]],
                              "cut_through": ps["cut"], "buffered": ps["buffered"],
                              "oeo": ps["buffered"], "dropped": ps["dropped"], "bytes": ps["bytes"],
                              "busy_ns": ps["busy_ns"], "max_occ_bytes": ps["max_occ_bytes"],

@@ -311,3 +311,18 @@ def test_an_optical_switch_of_up_to_64_ports_is_accepted(ports):
 
     sw = OpticalSwitch(SimpleNamespace(topo=_star(ports), token="t"), "edge", arch="electronic")  # type: ignore[arg-type]
     assert sw.assignment.arch.name == "electronic" and layout.MAX_PORTS == 64
+
+
+def test_counters_name_the_qdisc_of_each_port(monkeypatch):
+    """optical_ports.csv records which qdisc released each port's packets: hostnic on
+    hosts, obsburst on the edge's assembling port, fq elsewhere."""
+    fab, _ = _obs_fabric(monkeypatch)
+    port = {"cut": 0, "buffered": 0, "dropped": 0, "bytes": 0, "busy_ns": 0, "max_occ_bytes": 0, "rx": 0,
+            "nocfg": 0, "last_dep_ns": 0, "last_rx_real_ns": 0, "last_rx_stamp_ns": 0}
+    states = {np.node_id: {"max_occ_bytes": 0, "occ_overflow": 0, "bout_overflow": 0,
+                           "ports": [dict(port) for _ in np.ports]} for np in fab.nodes.values()}
+    monkeypatch.setattr(fabric.maps, "read_states", lambda pin, n_ports: states)
+    qdisc = {(r["node"], r["intf"]): r["qdisc"] for r in fab.counters()}
+    assert qdisc[("s1", "s1-eth0")] == qdisc[("k2", "k2-eth0")] == "hostnic"
+    assert qdisc[("ingress", "ingress-eth2")] == "obsburst"
+    assert qdisc[("ingress", "ingress-eth0")] == qdisc[("core", "core-eth1")] == qdisc[("egress", "egress-eth0")] == "fq"
