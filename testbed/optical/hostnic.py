@@ -5,10 +5,11 @@ It releases each packet at the departure time the host's egress program stamped
 (serialisation at the link rate, FIFO), as ``fq`` would, and completes the packet's
 transmission for its socket when the NIC takes it (``skb_orphan_partial()``, as netem
 does). With ``fq`` there, TCP Small Queues counted every packet against its sender
-until the receiver got it (the socket reference crosses the veth pairs), with a
-budget of a few packets (pacing rate x 1 ms, computed in emulation time): senders whose kernel sets a
-pacing rate (the ``sack`` profile) were held far below their cwnd (E1, lone flows
-across the core: 4.2 Gb/s with cwnd 12..19 instead of ~9 Gb/s; docs/environment.md).
+until the receiver got it (the socket reference crosses the veth pairs), with a budget
+of a few packets (pacing rate x 1 ms, computed in emulation time): senders whose kernel
+sets a pacing rate (the ``sack`` profile) were held far below their cwnd (E1, lone
+flows across the core: 4.2 Gb/s with cwnd 12..19 instead of ~9.6 Gb/s;
+docs/environment.md).
 
 * :class:`HostNicConfig` packs ``struct tc_hostnic_qopt`` (``kernel/hostnic.h``).
 * :func:`install` / :func:`read` put the qdisc on a device and read it back (options
@@ -121,7 +122,8 @@ def read(dev: str, netns: str | None) -> HostNicState:
 class HostNicQdisc(TcQdisc):
     """The hostnic qdisc as a fabric mechanism: on every port of the node with the
     module's defaults, installed by ``tc`` like ``fq`` (``tc`` passes no options for a
-    qdisc it has no parser for, and the module then takes its defaults). It releases
+    qdisc it has no parser for: a new qdisc takes the module's defaults, a replaced
+    hostnic qdisc keeps its options). It releases
     packets at their stamped times, so it holds none past the egress program's
     decision (:meth:`holds` is all False). :meth:`prepare` loads the module (ledgered)
     before the namespaces exist, so that teardown removes it after them."""
