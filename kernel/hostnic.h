@@ -18,6 +18,8 @@
 #define HOSTNIC_VERSION		1
 #define HOSTNIC_LIMIT_DEFAULT	1000000U	/* packets held (as the fabric's fq) */
 #define HOSTNIC_LIMIT_MAX	10000000U
+/* a stamp further ahead than this is capped to it (as the fabric's fq, horizon_cap) */
+#define HOSTNIC_HORIZON_NS	3600000000000ULL
 
 struct tc_hostnic_qopt {
 	__u32 version;		/* HOSTNIC_VERSION */
@@ -29,6 +31,7 @@ struct tc_hostnic_xstats {
 	__u64 out_of_order;	/* packets stamped earlier than the tail (inserted in stamp order) */
 	__u64 drops;		/* packets refused at enqueue (limit reached) */
 	__u64 max_qlen;		/* the most packets held at once */
+	__u64 horizon_capped;	/* packets stamped beyond HOSTNIC_HORIZON_NS, released at it */
 };
 
 #endif /* HOSTNIC_H */

@@ -26,7 +26,9 @@
  * the tail is inserted before the later ones and counted in out_of_order: the NIC
  * program stamps in order, so this should stay 0); dequeue releases the head when
  * its time has come (a stamp of 0 or in the past: at once), else arms the watchdog
- * for it without slack. No pacing, no per-flow queues, no drop below the limit.
+ * for it without slack. A stamp more than HOSTNIC_HORIZON_NS (1 h) ahead is capped to
+ * it and counted (horizon_capped), as the fabric's fq does (horizon_cap). No pacing,
+ * no per-flow queues, no drop below the limit.
  *
  * Configuration: TCA_OPTIONS = struct tc_hostnic_qopt (optional; versioned, bounds
  * checked, errors through extack). Counters: TCA_STATS_APP = struct
@@ -78,6 +80,7 @@ static void hostnic_insert_sorted(struct Qdisc *sch, struct sk_buff *skb)
 static int hostnic_enqueue(struct sk_buff *skb, struct Qdisc *sch, struct sk_buff **to_free)
 {
 	struct hostnic_sched *q = qdisc_priv(sch);
+	u64 now;
 
 	if (unlikely(sch->q.qlen >= q->opt.limit)) {
 		q->st.drops++;
@@ -86,6 +89,11 @@ static int hostnic_enqueue(struct sk_buff *skb, struct Qdisc *sch, struct sk_buf
 	if (skb->destructor && !skb_is_tcp_pure_ack(skb))
 		q->st.orphaned++;
 	skb_orphan_partial(skb);
+	now = ktime_get_ns();
+	if (unlikely(hostnic_time(skb) > now + HOSTNIC_HORIZON_NS)) {
+		q->st.horizon_capped++;
+		skb->tstamp = ns_to_ktime(now + HOSTNIC_HORIZON_NS);
+	}
 	if (!sch->q.tail || hostnic_time(sch->q.tail) <= hostnic_time(skb)) {
 		__qdisc_enqueue_tail(skb, &sch->q);
 	} else {
@@ -212,7 +220,7 @@ static struct Qdisc_ops hostnic_qdisc_ops __read_mostly = {
 static int __init hostnic_module_init(void)
 {
 	BUILD_BUG_ON(sizeof(struct tc_hostnic_qopt) != 8);
-	BUILD_BUG_ON(sizeof(struct tc_hostnic_xstats) != 32);
+	BUILD_BUG_ON(sizeof(struct tc_hostnic_xstats) != 40);
 	return register_qdisc(&hostnic_qdisc_ops);
 }
 

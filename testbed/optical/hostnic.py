@@ -36,7 +36,7 @@ VERSION = 1
 LIMIT_DEFAULT = 1_000_000
 LIMIT_BOUNDS = (1, 10_000_000)
 _QOPT = struct.Struct("=2I")
-_XSTATS = struct.Struct("=4Q")
+_XSTATS = struct.Struct("=5Q")
 
 
 class HostNicError(qdiscnl.QdiscError):
@@ -74,14 +74,16 @@ class HostNicState:
     """What the kernel reports for one hostnic qdisc: its options; packets whose
     socket accounting it released at enqueue (``orphaned``), packets stamped earlier
     than the queue's tail (``out_of_order``: the NIC program stamps in order, so 0),
-    drops at the limit, the most packets it held at once; packets and bytes sent,
-    packets held now."""
+    drops at the limit, the most packets it held at once, packets stamped more than
+    1 h ahead (``horizon_capped``: released 1 h after enqueue, as fq's horizon_cap);
+    packets and bytes sent, packets held now."""
 
     config: HostNicConfig
     orphaned: int
     out_of_order: int
     drops: int
     max_qlen: int
+    horizon_capped: int
     sent_packets: int
     sent_bytes: int
     qlen: int
@@ -113,9 +115,7 @@ def read(dev: str, netns: str | None) -> HostNicState:
     q = qdiscnl.dump_root(dev, netns, KIND, HostNicError)
     if len(q.app) != _XSTATS.size:
         raise HostNicError(f"hostnic counters are {len(q.app)} bytes, expected {_XSTATS.size}")
-    orphaned, out_of_order, drops, max_qlen = _XSTATS.unpack(q.app)
-    return HostNicState(HostNicConfig.unpack(q.options), orphaned, out_of_order, drops, max_qlen,
-                        q.packets, q.bytes, q.qlen)
+    return HostNicState(HostNicConfig.unpack(q.options), *_XSTATS.unpack(q.app), q.packets, q.bytes, q.qlen)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ before the enqueue, and SND, taken by veth_xmit just after the dequeue.
   ``fq`` (the counterfactual, same datagram) it stays charged until the release. Across
   the emulated fabric that charge is what TCP Small Queues limit (docs/environment.md).
 * Bounds: bad options are refused by the module with its message; without options the
-  module takes its default limit.
+  module takes its default limit; a stamp more than 1 h ahead is capped and counted.
 """
 
 from __future__ import annotations
@@ -193,3 +193,21 @@ def test_options_are_checked_by_the_module(env):
     qdiscnl.delete_root(dev, ns, hostnic.HostNicError)
     cmd.run(["tc", "qdisc", "add", "dev", dev, "root", "hostnic"], netns=ns)
     assert hostnic.read(dev, ns).config.limit == hostnic.LIMIT_DEFAULT
+
+
+def test_a_stamp_beyond_the_horizon_is_capped_and_counted(env):
+    """A stamp more than 1 h ahead (a clock mix-up) is held 1 h, as the fabric's fq did
+    (horizon_cap), and counted: the record shows it instead of a silently stuck queue."""
+    dev, ns = env["dev_a"], env["ns_a"]
+    qdiscnl.delete_root(dev, ns, hostnic.HostNicError)
+    hostnic.install(dev, ns, ledger=env["ledger"])
+    s = sender(ns)
+    try:
+        send_at(s, b"z" * 100, time.clock_gettime_ns(time.CLOCK_MONOTONIC) + 2 * 3600 * 10**9)
+        send_at(s, b"z" * 100, time.clock_gettime_ns(time.CLOCK_MONOTONIC) + 1_000_000)
+        time.sleep(0.5)
+        st = hostnic.read(dev, ns)
+    finally:
+        s.close()
+    assert (st.horizon_capped, st.qlen, st.out_of_order) == (1, 1, 1), st
+    qdiscnl.delete_root(dev, ns, hostnic.HostNicError)      # frees the held datagram

@@ -21,7 +21,7 @@ _FORMAT = {"__u32": "I", "__u64": "Q"}
 
 
 def header_define(name: str) -> int:
-    m = re.search(rf"#define\s+{name}\s+(\d+)U?", HEADER.read_text())
+    m = re.search(rf"#define\s+{name}\s+(\d+)U?L?L?\b", HEADER.read_text())
     assert m, name
     return int(m.group(1))
 
@@ -46,6 +46,9 @@ def test_layouts_and_constants_match_the_header():
     assert hostnic.VERSION == header_define("HOSTNIC_VERSION")
     assert hostnic.LIMIT_DEFAULT == header_define("HOSTNIC_LIMIT_DEFAULT")
     assert hostnic.LIMIT_BOUNDS == (1, header_define("HOSTNIC_LIMIT_MAX"))
+    assert header_define("HOSTNIC_HORIZON_NS") == 3600 * 10**9   # the fabric's fq: horizon 3600s horizon_cap
+    assert hostnic.HostNicState.__dataclass_fields__.keys() >= {"orphaned", "out_of_order", "drops", "max_qlen",
+                                                                "horizon_capped"}
     # the module's BUILD_BUG_ONs state the same sizes
     src = SOURCE.read_text()
     assert f"sizeof(struct tc_hostnic_qopt) != {hostnic._QOPT.size})" in src
