@@ -55,6 +55,12 @@ Meaning in Linux 6.1 (net/ipv4/tcp_timer.c, tcp_input.c, tcp_output.c, tcp_minis
     received out of order by more than the reordering threshold's distance, which is
     then raised. With per-packet multipath routing this is how a fast retransmit of a
     segment that was only late (not lost) shows up.
+``TcpExtTCPSpuriousRtxHostQueues``
+    Retransmissions the kernel did not send because the original copy was still
+    queued below TCP (``skb_still_in_host_queue()``: the original's clone still
+    belongs to the socket). In an emulated network every hop keeps that ownership
+    unless a qdisc orphans the packet fully, so an RTO that fires while the original is
+    still in a switch buffer skips its retransmission, which the papers' TCP would send.
 ``TcpExtTCPDSACKRecv`` / ``TCPDSACKOfoRecv`` / ``TCPDSACKRecvSegs``
     DSACK blocks received (below / above the cumulative ACK) and the segments they
     cover: retransmissions the receiver already had (spurious ones).
@@ -71,6 +77,7 @@ Classification (``LossDetection``):
 * ``spurious_rto`` = ``TCPLossUndo + TCPSpuriousRTOs``, ``spurious_fast`` =
   ``TCPFullUndo + TCPPartialUndo + TCPDSACKUndo``;
 * ``reordering`` = ``TCPSACKReorder + TCPRenoReorder + TCPTSReorder``;
+* ``rtx_suppressed`` = ``TCPSpuriousRtxHostQueues``;
 * ``retrans_segs`` = ``TcpRetransSegs - TCPSynRetrans`` (data segments),
   ``spurious_retrans_segs`` = ``TCPDSACKRecvSegs`` (a lower bound: a DSACK carried by a
   lost ACK is not counted).
@@ -100,7 +107,8 @@ REQUIRED = ("TcpExtTCPTimeouts", "TcpExtTCPSynRetrans", "TcpExtTCPSackRecovery",
             "TcpExtTCPSpuriousRTOs", "TcpExtTCPFullUndo", "TcpExtTCPPartialUndo", "TcpExtTCPDSACKUndo",
             "TcpExtTCPLossProbes", "TcpExtTCPLossProbeRecovery", "TcpExtTCPFastRetrans",
             "TcpExtTCPSlowStartRetrans", "TcpExtTCPDSACKRecv", "TcpExtTCPDSACKRecvSegs", "TcpRetransSegs",
-            "TcpExtTCPSACKReorder", "TcpExtTCPRenoReorder", "TcpExtTCPTSReorder")
+            "TcpExtTCPSACKReorder", "TcpExtTCPRenoReorder", "TcpExtTCPTSReorder",
+            "TcpExtTCPSpuriousRtxHostQueues")
 
 
 class LossDetectError(TestbedError):
@@ -192,6 +200,7 @@ class LossDetection:
     spurious_retrans_segs: int  #: segments a DSACK reported as received twice
     syn_timeouts: int           #: SYN / SYN-ACK retransmissions (timer expiries of handshakes)
     reordering: int = 0         #: reorderings detected (SACK, dupACKs or timestamps)
+    rtx_suppressed: int = 0     #: retransmissions skipped: the original still queued below TCP
 
     def __add__(self, other: LossDetection) -> LossDetection:
         return LossDetection(**{k: v + getattr(other, k) for k, v in asdict(self).items()})
@@ -233,6 +242,7 @@ def classify(d: Mapping[str, int]) -> LossDetection:
         spurious_retrans_segs=g("TCPDSACKRecvSegs"),
         syn_timeouts=syn,
         reordering=g("TCPSACKReorder", "TCPRenoReorder", "TCPTSReorder"),
+        rtx_suppressed=g("TCPSpuriousRtxHostQueues"),
     )
 
 

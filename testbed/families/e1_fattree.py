@@ -100,6 +100,8 @@ class E1FatTree(FlowFamily):
                "(timestamps, DSACK)"),
         Metric("reorderings", "count", "reorderings the senders detected (per-packet ECMP: a late segment, "
                "not a lost one)"),
+        Metric("retransmits_suppressed", "count", "retransmissions the kernel skipped because the original "
+               "was still in the emulated network (TCPSpuriousRtxHostQueues; the paper's TCP sends them)"),
         Metric("packets_switched", "count", "packets the switches handled (cut through, buffered, dropped)"),
         Metric("packets_dropped", "count", "packets the switches dropped"),
         Metric("loss_ratio", "1", "packets_dropped / packets_switched"),
@@ -327,9 +329,10 @@ def loss_columns(tcp: Any) -> dict[str, Any]:
     over every server; None: not measured, NaN columns)."""
     if tcp is None:
         return {k: math.nan for k in ("loss_events_rto", "loss_events_fast", "spurious_recoveries_undone",
-                                      "reorderings")}
+                                      "reorderings", "retransmits_suppressed")}
     return {"loss_events_rto": tcp.rto, "loss_events_fast": tcp.fast,
-            "spurious_recoveries_undone": tcp.spurious_rto + tcp.spurious_fast, "reorderings": tcp.reordering}
+            "spurious_recoveries_undone": tcp.spurious_rto + tcp.spurious_fast, "reorderings": tcp.reordering,
+            "retransmits_suppressed": tcp.rtx_suppressed}
 
 
 def retransmission_columns(flows: list[Any]) -> dict[str, Any]:

@@ -124,11 +124,12 @@ def test_classify_counts_each_detection_from_its_counters():
         TcpExtTCPTimeouts=5, TcpExtTCPSynRetrans=2, TcpExtTCPSackRecovery=4, TcpExtTCPRenoRecovery=1,
         TcpExtTCPSackRecoveryFail=1, TcpExtTCPLossUndo=1, TcpExtTCPSpuriousRTOs=1, TcpExtTCPDSACKUndo=2,
         TcpExtTCPFastRetrans=6, TcpExtTCPSlowStartRetrans=8, TcpRetransSegs=19, TcpExtTCPDSACKRecvSegs=3,
-        TcpExtTCPLossProbes=2, TcpExtTCPSACKReorder=2, TcpExtTCPTSReorder=1)))
+        TcpExtTCPLossProbes=2, TcpExtTCPSACKReorder=2, TcpExtTCPTSReorder=1, TcpExtTCPSpuriousRtxHostQueues=4)))
     det = lossdetect.classify(d)
     assert det == lossdetect.LossDetection(
         rto=3, fast=5, rto_in_recovery=1, spurious_rto=2, spurious_fast=2, loss_probes=2, retrans_segs=17,
-        fast_retrans_segs=6, slow_start_retrans_segs=8, spurious_retrans_segs=3, syn_timeouts=2, reordering=3)
+        fast_retrans_segs=6, slow_start_retrans_segs=8, spurious_retrans_segs=3, syn_timeouts=2, reordering=3,
+        rtx_suppressed=4)
     assert det.summary_columns() == {"loss_events_rto": 3, "loss_events_fast": 5, "retrans_segs": 17,
                                      "spurious_retrans_segs": 3}
     with pytest.raises(LossDetectError, match="TcpExtTCPDSACKRecvSegs"):
