@@ -27,7 +27,7 @@ struct tc_hostnic_qopt {
 };
 
 struct tc_hostnic_xstats {
-	__u64 orphaned;		/* packets whose socket's transmit accounting was released at enqueue */
+	__u64 orphaned;		/* packets that belonged to a socket, orphaned at enqueue */
 	__u64 out_of_order;	/* packets stamped earlier than the tail (inserted in stamp order) */
 	__u64 drops;		/* packets refused at enqueue (limit reached) */
 	__u64 max_qlen;		/* the most packets held at once */

@@ -5,9 +5,9 @@
  * The host's optswitch egress program stamps each packet with its departure from the
  * NIC (skb->tstamp, CLOCK_MONOTONIC ns: serialisation at the link rate, FIFO; the
  * testbed's port architecture "nic", docs/optical-switch.md). This qdisc releases the
- * packets in stamp order at their stamped times, and releases each packet's transmit
- * accounting in its socket at enqueue (skb_orphan_partial(), as netem does for the
- * packets it delays): for the sending TCP the packet has left when its NIC takes it.
+ * packets in stamp order at their stamped times, and orphans each packet at enqueue
+ * (skb_orphan(): the packet no longer belongs to its socket): for the sending TCP the
+ * packet has left when its NIC takes it, as in the papers' model.
  *
  * Why this and not fq (which releases stamped packets just as well): across a veth
  * pair a packet keeps its socket reference into the next namespace
@@ -21,6 +21,15 @@
  * fq on the hosts): SACK 4.2 Gb/s with cwnd stuck at 12..19 and no loss, mSACK (whose
  * module leaves the pacing rate unset) 8.9 Gb/s with cwnd 250..290. The papers'
  * senders have no such limit. docs/environment.md has the details.
+ *
+ * Why a full orphan (netem and our obsburst keep a reference, skb_orphan_partial()):
+ * while a sent packet still belongs to its socket, TCP treats it as still in the host
+ * queue (skb_still_in_host_queue()) and skips a retransmission due then, counting
+ * TCPSpuriousRtxHostQueues. In the emulated network that is any packet still in some
+ * switch buffer when its RTO fires; the papers' TCP retransmits it (SAW's spurious
+ * retransmissions of buffered packets are one of E1's findings). Nothing downstream
+ * needs the socket: the fabric's programs never read skb->sk, and fq hashes orphaned
+ * packets by their headers.
  *
  * Rule: enqueue keeps the queue in skb->tstamp order (a packet stamped earlier than
  * the tail is inserted before the later ones and counted in out_of_order: the NIC
@@ -86,9 +95,9 @@ static int hostnic_enqueue(struct sk_buff *skb, struct Qdisc *sch, struct sk_buf
 		q->st.drops++;
 		return qdisc_drop(skb, sch, to_free);
 	}
-	if (skb->destructor && !skb_is_tcp_pure_ack(skb))
+	if (skb->sk)
 		q->st.orphaned++;
-	skb_orphan_partial(skb);
+	skb_orphan(skb);
 	now = ktime_get_ns();
 	if (unlikely(hostnic_time(skb) > now + HOSTNIC_HORIZON_NS)) {
 		q->st.horizon_capped++;

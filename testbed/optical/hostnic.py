@@ -2,14 +2,16 @@
 optical fabric, and the mechanism that realises the hosts' ``nic`` architecture.
 
 It releases each packet at the departure time the host's egress program stamped
-(serialisation at the link rate, FIFO), as ``fq`` would, and completes the packet's
-transmission for its socket when the NIC takes it (``skb_orphan_partial()``, as netem
-does). With ``fq`` there, TCP Small Queues counted every packet against its sender
+(serialisation at the link rate, FIFO), as ``fq`` would, and orphans the packet when
+the NIC takes it (``skb_orphan()``: it no longer belongs to its socket). With ``fq``
+there, TCP Small Queues counted every packet against its sender
 until the receiver got it (the socket reference crosses the veth pairs), with a budget
 of a few packets (pacing rate x 1 ms, computed in emulation time): senders whose kernel
 sets a pacing rate (the ``sack`` profile) were held far below their cwnd (E1, lone
 flows across the core: 4.2 Gb/s with cwnd 12..19 instead of ~9.6 Gb/s;
-docs/environment.md).
+docs/environment.md), and Linux skipped any retransmission due while the original was
+still in a switch buffer (``TCPSpuriousRtxHostQueues``), which the papers' TCP sends. A
+partial orphan (netem's) would cure the first and not the second.
 
 * :class:`HostNicConfig` packs ``struct tc_hostnic_qopt`` (``kernel/hostnic.h``).
 * :func:`install` / :func:`read` put the qdisc on a device and read it back (options
@@ -71,8 +73,8 @@ class HostNicConfig:
 
 @dataclass(frozen=True)
 class HostNicState:
-    """What the kernel reports for one hostnic qdisc: its options; packets whose
-    socket accounting it released at enqueue (``orphaned``), packets stamped earlier
+    """What the kernel reports for one hostnic qdisc: its options; packets that
+    belonged to a socket, orphaned at enqueue (``orphaned``), packets stamped earlier
     than the queue's tail (``out_of_order``: the NIC program stamps in order, so 0),
     drops at the limit, the most packets it held at once, packets stamped more than
     1 h ahead (``horizon_capped``: released 1 h after enqueue, as fq's horizon_cap);
@@ -139,8 +141,7 @@ class HostNicQdisc(TcQdisc):
 
 
 #: hostnic: the hosts' NIC queue (kernel/sch_hostnic.c, a module loaded from kernel/):
-#: releases each packet at its stamped time and completes its transmission for the
-#: sending socket at enqueue
+#: releases each packet at its stamped time and orphans it at enqueue
 HOSTNIC = HostNicQdisc("hostnic", "hostnic qdisc module: releases each packet at its skb->tstamp in stamp order "
-                       "and completes its transmission for the socket at enqueue (TCP Small Queues see the "
-                       "NIC, not the whole emulated path)", frozenset({Feature.MODULES}), (KIND,))
+                       "and orphans it at enqueue (TCP Small Queues see the NIC, not the whole emulated path, "
+                       "and retransmissions of packets still in the network are sent)", frozenset({Feature.MODULES}), (KIND,))

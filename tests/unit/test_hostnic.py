@@ -57,10 +57,11 @@ def test_layouts_and_constants_match_the_header():
 
 
 def test_the_module_orphans_at_enqueue():
-    """The point of the qdisc: the socket's transmit accounting ends when the NIC
-    takes the packet (not when the receiver gets it)."""
+    """The point of the qdisc: the packet stops belonging to its socket when the NIC
+    takes it (not when the receiver gets it), fully: a partial orphan keeps the socket,
+    and Linux then skips retransmissions of packets still in the emulated network."""
     enqueue = re.search(r"static int hostnic_enqueue\(.*?\n}\n", SOURCE.read_text(), re.S).group(0)
-    assert "skb_orphan_partial(skb);" in enqueue
+    assert "skb_orphan(skb);" in enqueue and "skb_orphan_partial" not in enqueue
 
 
 def test_options_round_trip_and_bounds():
