@@ -11,9 +11,9 @@ a role (``host``, or the switch's ``edge`` / ``core``) and a port architecture
   link rate),
 * on every port, the root qdisc its architecture's realisation puts there
   (``testbed/optical/mechanisms.py``: ``fq``, which releases each packet at its
-  stamped time; on hosts the ``hostnic`` qdisc, which does the same and ends the
-  packet's charge to its socket when the NIC takes it, so that TCP Small Queues do not
-  count it across the whole fabric; on an ``obs-edge`` node the ``obsburst`` burst
+  stamped time; on hosts the ``hostnic`` qdisc, which does the same and orphans the
+  packet when the NIC takes it, so that its socket does not treat it as queued (TCP
+  Small Queues, skipped retransmissions) while it crosses the fabric; on an ``obs-edge`` node the ``obsburst`` burst
   assembler on the ports towards other switches and ``fq`` on those towards hosts),
   with the options the
   architecture derives from its parameters and the node (``Assignment.options``),

@@ -17,7 +17,7 @@ A port architecture (``testbed/optical/architectures.py``) is realised in one of
 
 An EDT architecture may also be released by a qdisc of ours: the hosts' ``nic`` by
 ``hostnic`` (``kernel/sch_hostnic.c``, ``testbed.optical.hostnic.HOSTNIC``), which
-releases like fq and ends each packet's charge to its socket at enqueue.
+releases like fq and orphans each packet at enqueue.
 
 The fabric (``testbed/optical/fabric.py``) installs, per node, the mechanism of that
 node's realisation through :meth:`Mechanism.install`, giving it the node's
