@@ -194,14 +194,16 @@ static int obsb_enqueue(struct sk_buff *skb, struct Qdisc *sch, struct sk_buff *
 		return qdisc_drop(skb, sch, to_free);
 	}
 	/*
-	 * The packet left its sender's NIC: complete its transmission for the sending
-	 * socket now, as netem does for delayed packets. Otherwise TCP Small Queues would
-	 * count it against its socket for as long as the burst holds it (Tmax + offset,
-	 * dilated): across veth pairs the socket reference survives the namespace change
-	 * (skb_scrub_packet no longer orphans), and a sender would be held to about two
-	 * packets per burst.
+	 * The packet left its sender's NIC: it no longer belongs to the sending socket.
+	 * Across veth pairs the socket reference survives the namespace change
+	 * (skb_scrub_packet no longer orphans), so otherwise TCP Small Queues would count
+	 * it for as long as the burst holds it (Tmax + offset, dilated) and hold a sender
+	 * to a few packets per burst, and a retransmission due while it is held would be
+	 * skipped as "still in the host queue". A full orphan: netem's partial one keeps
+	 * the socket, which still counts for the latter. (On the fabric the hosts' hostnic
+	 * qdisc has orphaned it already.)
 	 */
-	skb_orphan_partial(skb);
+	skb_orphan(skb);
 	obsb_close_due(sch, q, now);
 	c = obsb_classify(q, skb);
 	cl = &q->cls[c];
