@@ -1,5 +1,5 @@
 """Helpers shared by the test tiers: root/feature skips (kselftest style), two
-namespaces joined by a veth pair, the killed-run scenario.
+namespaces joined by a veth pair, a timestamping packet tap, the killed-run scenario.
 
 Imported as `helpers` (pyproject sets pytest's pythonpath to tests/). Fixtures live in
 conftest.py and no test imports a conftest module: two conftest.py files collected in one
@@ -66,6 +66,23 @@ def veth_between_namespaces(ledger: Ledger, ns_a: str, ns_b: str, dev_a: str, de
     nsops.configure_link(dev_a, ns_a, offloads=False, arp=False, up=True)
     nsops.configure_link(dev_b, ns_b, offloads=False, arp=False, up=True)
     nsops.add_address(dev_a, ns_a, address_a)
+
+
+def packet_tap(ns: str, dev: str, rcvbuf_bytes: int = 64 << 20) -> "socket.socket":
+    """An AF_PACKET socket on ``dev`` in namespace ``ns`` seeing every frame in and out,
+    each with its kernel timestamp (SO_TIMESTAMPNS, CLOCK_REALTIME: a frame received
+    when it arrived, a frame sent when the device transmitted it)."""
+    import socket
+
+    from testbed import setns
+
+    eth_p_all, so_timestampns, so_rcvbufforce = 0x0003, 35, 33
+    with setns.entered(ns):
+        r = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(eth_p_all))
+        r.bind((dev, eth_p_all))
+    r.setsockopt(socket.SOL_SOCKET, so_rcvbufforce, rcvbuf_bytes)
+    r.setsockopt(socket.SOL_SOCKET, so_timestampns, 1)
+    return r
 
 
 def run_testbed(*args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess[str]:

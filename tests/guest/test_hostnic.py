@@ -37,18 +37,18 @@ import time
 
 import pytest
 
-from helpers import require_features, require_root, veth_between_namespaces
+from helpers import packet_tap, require_features, require_root, veth_between_namespaces
 from testbed import cmd, setns
 from testbed.cc.modules import KERNEL_DIR
 from testbed.ledger import Ledger
 from testbed.optical import hostnic, qdiscnl
 
 SO_TIMESTAMPING, SO_TXTIME, SCM_TXTIME, SO_MEMINFO = 37, 61, 61, 55
-SO_TIMESTAMPNS, SO_RCVBUFFORCE = 35, 33
+SO_TIMESTAMPNS = 35
 SOF_TIMESTAMPING_SOFTWARE, SOF_TIMESTAMPING_OPT_ID = 1 << 4, 1 << 7
 SOF_TIMESTAMPING_TX_SCHED, SOF_TIMESTAMPING_OPT_TSONLY = 1 << 8, 1 << 11
 SO_EE_ORIGIN_TIMESTAMPING, SCM_TSTAMP_SCHED = 4, 1
-ETH_P_ALL, PACKET_OUTGOING = 0x0003, 4
+PACKET_OUTGOING = 4
 SK_MEMINFO_WMEM_ALLOC = 2
 CLOCK_MONOTONIC = 1
 #: a release may be this much after its stamp (watchdog hrtimer, NET_TX softirq, the tap)
@@ -87,12 +87,7 @@ def sender(ns: str) -> socket.socket:
 
 def tx_tap(ns: str, dev: str) -> socket.socket:
     """A packet tap on ``dev``: its copies of outgoing frames carry the transmit time."""
-    with setns.entered(ns):
-        r = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
-        r.bind((dev, ETH_P_ALL))
-    r.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 8 << 20)
-    r.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-    return r
+    return packet_tap(ns, dev, 8 << 20)
 
 
 def transmitted(tap: socket.socket, want: int, timeout_s: float) -> dict[int, int]:

@@ -50,7 +50,7 @@ import time
 
 import pytest
 
-from helpers import require_features, require_root, veth_between_namespaces
+from helpers import packet_tap, require_features, require_root, veth_between_namespaces
 from testbed import hostclock, setns
 from testbed.cc.modules import KERNEL_DIR
 from testbed.ledger import Ledger
@@ -61,7 +61,7 @@ SO_TIMESTAMPNS, SO_TIMESTAMPING, SO_RCVBUFFORCE = 35, 37, 33
 SOF_TIMESTAMPING_SOFTWARE, SOF_TIMESTAMPING_OPT_ID = 1 << 4, 1 << 7
 SOF_TIMESTAMPING_TX_SCHED, SOF_TIMESTAMPING_OPT_TSONLY = 1 << 8, 1 << 11
 SO_EE_ORIGIN_TIMESTAMPING, SCM_TSTAMP_SCHED = 4, 1
-ETH_P_ALL, ETH_P_IP = 0x0003, 0x0800
+ETH_P_IP = 0x0800
 UDP_PORT = 40_777
 MAGIC = b"OBT1"
 #: tolerances of release - reference, ns (module docstring)
@@ -110,12 +110,7 @@ def sender(ns: str, prio: int) -> socket.socket:
 
 
 def receiver(ns: str, dev: str) -> socket.socket:
-    with setns.entered(ns):
-        r = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
-        r.bind((dev, ETH_P_ALL))
-    r.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 64 << 20)
-    r.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-    return r
+    return packet_tap(ns, dev)
 
 
 def sched_stamps(s: socket.socket) -> dict[int, int]:
