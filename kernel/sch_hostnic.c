@@ -16,7 +16,7 @@
  * receiver's IP layer orphans it. TSQ allows a socket about max(2 packets, pacing
  * rate x 1 ms) below TCP, and that 1 ms is a kernel constant acting in emulation
  * time (1 ms / D of paper time): a sender whose kernel computes a pacing rate is held
- * to a few packets in the whole emulated path (about four measured), whatever its cwnd. Measured in E1
+ * to a few packets in the whole emulated path (about four, inferred from goodput), whatever its cwnd. Measured in E1
  * (k = 4 fat-tree, electronic switches, lone 5 MB flows across the core, D = 10000,
  * fq on the hosts): SACK 4.2 Gb/s with cwnd stuck at 12..19 and no loss, mSACK (whose
  * module leaves the pacing rate unset) 8.9 Gb/s with cwnd 250..290. The papers'

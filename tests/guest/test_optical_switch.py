@@ -181,7 +181,7 @@ def test_fidelity_lateness_at_default_d():
 # hop orphans it. The hosts' hostnic qdisc does so when the NIC takes the packet; fq
 # (the counterfactual) does not, so the charge lasts until the receiver has the packet.
 # The pacing term is tiny in emulation time (srtt is the paper RTT x D), so the budget
-# is a few packets: measured ~4 (a chain of 4 electronic switches with 10 m links, one
+# is a few packets: ~4 inferred from goodput (a chain of 4 electronic switches with 10 m links, one
 # way 5 tau: fq gave 7.4 Gb/s at D = 4000 and at 40000, hostnic 9.56). Here the links
 # are 1 km long (one way 5 tau + 24 us ~ 25 tau of a 1514 B frame, BDP ~45 packets):
 # under fq a CUBIC bulk transfer keeps its few packets in the path, far below the line
