@@ -84,7 +84,8 @@ def http_json(method: str, url: str, body: Any = None, timeout: float = 10.0) ->
 
 class ControlProcess:
     """See the module docstring. ``argv`` may be left empty for :meth:`prepare` to set
-    (with ``env``, ``cwd`` and ``health``); ``env`` None inherits this process's."""
+    (with ``env``, ``cwd`` and ``health``); ``env`` None inherits this process's;
+    ``netns``: the network namespace it runs in (None: this process's)."""
 
     #: what the process is, in messages
     what = "the control process"
@@ -94,8 +95,9 @@ class ControlProcess:
     def __init__(self, ledger: Ledger, argv: Sequence[str], out_dir: Path, *, log_name: str = "control.log",
                  health: Health | None = None, env: Mapping[str, str] | None = None, cwd: Path | None = None,
                  ready_timeout_s: float = 60.0, stop_signal: int = signal.SIGTERM,
-                 grace_s: float = process.STOP_GRACE_S) -> None:
+                 grace_s: float = process.STOP_GRACE_S, netns: str | None = None) -> None:
         self.ledger, self.argv, self.out_dir = ledger, list(argv), Path(out_dir)
+        self.netns = netns
         self.log_path = self.out_dir / log_name
         self.health, self.env, self.cwd = health, env, cwd
         self.ready_timeout_s, self.stop_signal, self.grace_s = ready_timeout_s, stop_signal, grace_s
@@ -129,7 +131,7 @@ class ControlProcess:
             raise ControlError(f"{self.what}: no command to start")
         try:
             self.proc = process.spawn(self.ledger, self.argv, log=self.log_path, env=self.env, cwd=self.cwd,
-                                      stop_signal=self.stop_signal)
+                                      stop_signal=self.stop_signal, netns=self.netns)
         except OSError as exc:
             raise ControlError(f"cannot start {self.what} ({self.argv[0]}): {exc}") from exc
         if self.health is not None:

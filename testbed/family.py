@@ -125,9 +125,11 @@ def topology_features(topo: "Topo") -> set[Feature]:
     """Kernel features the nodes and links of ``topo`` need: network namespaces for
     its nodes, what each switch class declares (``testbed.net.Switch.features``), HTB
     for a link shape with a rate and netem for one with delay or loss. Raises
-    DefinitionError for a switch class the testbed does not have."""
-    from testbed.net import SWITCH_CLASSES  # Mininet: runs only, never the report
+    DefinitionError for a switch or host class the testbed does not have, or a router
+    port without an address (testbed.net.check_router_ports)."""
+    from testbed.net import SWITCH_CLASSES, check_router_ports  # Mininet: runs only, never the report
 
+    check_router_ports(topo)  # also: every host's node class exists
     need = {Feature.NETNS}
     for name in topo.switches():
         info = dict(topo.nodeInfo(name))

@@ -182,8 +182,10 @@ class FlowFamily(Family):
             return
         for p in defn.points()[:1]:
             cls.cca_selection(defn, p.values)  # raises for a [cca] default profile
+        from testbed.net import end_hosts  # Mininet: runs only, never the report
+
         for topo in cls.topologies(defn):
-            hosts = set(topo.hosts()) if topo is not None else set()
+            hosts = set(end_hosts(topo)) if topo is not None else set()
             for host in defn.cca.hosts:
                 if host not in hosts:
                     raise DefinitionError(f"cca.hosts.{host}", host, "a host of this topology: "

@@ -102,15 +102,106 @@ class Node:
 
 
 class Host(Node):
-    """An end host: one IPv4 address on its first interface, a default route."""
+    """An end host: one IPv4 address (param ``ip``, CIDR) on its first interface and a
+    default route out of it: on-link, or via the router at param ``gateway`` (an address
+    in the host's subnet, e.g. E4's sender behind router r1)."""
+
+    cls_name: ClassVar[str] = "host"
 
     def configure(self) -> None:
         nsops.add_address(self.intfs[0], self.netns, str(self.params["ip"]))
-        nsops.set_default_route(self.intfs[0], self.netns)
+        gateway = self.params.get("gateway")
+        nsops.set_default_route(self.intfs[0], self.netns, via=str(gateway) if gateway else None)
 
     @property
     def ip(self) -> str:
         return str(ipaddress.ip_interface(self.params["ip"]).ip)
+
+
+class Router(Node):
+    """A Linux router (as Mininet's LinuxRouter example): IPv4 forwarding between its
+    ports, one address per port and static routes. Not a :class:`Host`: no traffic
+    agent runs on it and ``Emulation.hosts()`` leaves it out.
+
+    Each of its links gives the address of its end in link options ``ip1`` (the end of
+    the link's first node) / ``ip2`` (CIDR, e.g. "10.0.12.1/24"); param ``routes`` is a
+    sequence of ``(prefix, via)`` static routes ("10.0.2.0/24", "10.0.12.2"). Reverse-path
+    filtering is off: a router on an asymmetric path (E4's r3 gets data from r1 directly
+    and sends the ACKs back through r2) must accept packets on any port.
+    Raises DefinitionError (naming ``<router>.<option>``) for a port without an address or
+    a malformed address or route."""
+
+    cls_name: ClassVar[str] = "router"
+
+    def __init__(self, emu: "Emulation", name: str, **params: object) -> None:
+        super().__init__(emu, name, **params)
+        self.port_addrs: dict[str, str] = {}
+        self.routes = check_routes(params.get("routes", ()), key=f"{name}.routes")
+
+    def start(self) -> None:
+        super().start()
+        self.sysctl("net.ipv4.ip_forward", 1)
+        for scope in ("all", "default"):
+            self.sysctl(f"net.ipv4.conf.{scope}.rp_filter", 0)
+        self.sysctl("net.ipv6.conf.all.disable_ipv6", 1)
+        self.sysctl("net.ipv6.conf.default.disable_ipv6", 1)
+
+    def configure(self) -> None:
+        for intf in self.intfs:
+            nsops.add_address(intf, self.netns, self.port_addrs[intf])
+            self.sysctl(f"net.ipv4.conf.{intf}.rp_filter", 0)
+        for prefix, via in self.routes:
+            nsops.replace_route(self.netns, prefix, via)
+
+    def port_towards(self, via: str) -> str:
+        """The port whose subnet holds next hop ``via``; raises EmulationError if none."""
+        addr = ipaddress.IPv4Address(via)
+        for intf, cidr in self.port_addrs.items():
+            if addr in ipaddress.IPv4Interface(cidr).network:
+                return intf
+        raise EmulationError(f"{self.name}: no port in the subnet of next hop {via}")
+
+
+def check_router_ports(topo: Topo) -> None:
+    """Every router end of a link of ``topo`` has an address (link option ``ip1`` /
+    ``ip2``, CIDR with a prefix below 32) and no other end has one; raises
+    DefinitionError naming ``link <a>-<b>.<option>``."""
+    routers = {n for n in topo.hosts() if host_class(topo, n) is Router}  # raises for unknown classes
+    for a, b, info in topo.links(sort=True, withKeys=False, withInfo=True):
+        for node, opt in ((a, "ip1"), (b, "ip2")):
+            key, value = f"link {a}-{b}.{opt}", info.get(opt)
+            if node not in routers:
+                if value is not None:
+                    raise DefinitionError(key, value, "no address: only a router's end takes one "
+                                          "(a host has param ip)")
+                continue
+            try:
+                iface = ipaddress.IPv4Interface(str(value))
+            except ValueError:
+                raise DefinitionError(key, value, f"the address of router {node}'s port: an IPv4 address "
+                                      "with prefix length, e.g. 10.0.12.1/24") from None
+            if iface.network.prefixlen == 32:
+                raise DefinitionError(key, value, "an address with a prefix length below 32 (the link's subnet)")
+
+
+def check_routes(routes: object, key: str) -> tuple[tuple[str, str], ...]:
+    """``routes`` as ((prefix, via), ...) with a normalised prefix; raises
+    DefinitionError naming ``key`` for anything else."""
+    out = []
+    try:
+        items = list(routes)  # type: ignore[call-overload]
+    except TypeError:
+        raise DefinitionError(key, routes, "a sequence of (prefix, next hop) pairs") from None
+    for item in items:
+        try:
+            prefix, via = item
+            net = ipaddress.IPv4Network(str(prefix))
+            hop = ipaddress.IPv4Address(str(via))
+        except (TypeError, ValueError):
+            raise DefinitionError(key, item, "a (prefix, next hop) pair such as "
+                                  "('10.0.2.0/24', '10.0.12.2')") from None
+        out.append((str(net), str(hop)))
+    return tuple(out)
 
 
 class Switch(Node):
@@ -247,6 +338,23 @@ class OpticalSwitch(Switch):
 
 
 SWITCH_CLASSES: dict[str, type[Switch]] = {c.cls_name: c for c in (OVSSwitch, BridgeSwitch, OpticalSwitch)}
+#: node classes of a Topo's hosts (``addHost(name, cls="router")``; default "host")
+HOST_CLASSES: dict[str, type[Node]] = {c.cls_name: c for c in (Host, Router)}
+
+
+def host_class(topo: Topo, name: str) -> type[Node]:
+    """The node class of host ``name`` of ``topo``; raises DefinitionError for a class
+    the testbed does not have."""
+    cls_name = str(dict(topo.nodeInfo(name)).get("cls", "host"))
+    if cls_name not in HOST_CLASSES:
+        raise DefinitionError(f"host {name}", cls_name, "a node class of testbed.net.HOST_CLASSES: "
+                              + ", ".join(sorted(HOST_CLASSES)))
+    return HOST_CLASSES[cls_name]
+
+
+def end_hosts(topo: Topo) -> list[str]:
+    """The names of ``topo``'s end hosts (its hosts that are not routers), sorted."""
+    return [n for n in topo.hosts(sort=True) if issubclass(host_class(topo, n), Host)]
 
 
 class Emulation:
@@ -289,15 +397,19 @@ class Emulation:
 
     def build(self) -> None:
         for i, name in enumerate(self.topo.hosts(sort=True), start=1):
+            cls = host_class(self.topo, name)
             opts = dict(self.topo.nodeInfo(name))
-            opts.setdefault("ip", f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}/8")
-            self.nodes[name] = Host(self, name, **opts)
+            opts.pop("cls", None)
+            if cls is Host:
+                opts.setdefault("ip", f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}/8")
+            self.nodes[name] = cls(self, name, **opts)
         for name in self.topo.switches(sort=True):
             opts = dict(self.topo.nodeInfo(name))
             cls_name = opts.pop("cls", "bridge")
             if cls_name not in SWITCH_CLASSES:
                 raise EmulationError(f"switch {name}: class {cls_name!r} not in {sorted(SWITCH_CLASSES)}")
             self.nodes[name] = SWITCH_CLASSES[cls_name](self, name, **opts)
+        check_router_ports(self.topo)
         optical = [n for n in self.nodes.values() if isinstance(n, OpticalSwitch)]
         for a, b, info in self.topo.links(sort=True, withKeys=False, withInfo=True):
             if any(isinstance(self.nodes[x], OpticalSwitch) for x in (a, b)):
@@ -344,6 +456,9 @@ class Emulation:
         nsops.add_veth(name_a, ns_a, name_b, ns_b)
         a.intfs.append(name_a)
         b.intfs.append(name_b)
+        for node, name, opt in ((a, name_a, "ip1"), (b, name_b, "ip2")):
+            if isinstance(node, Router):  # checked by check_router_ports before anything exists
+                node.port_addrs[name] = str(ipaddress.IPv4Interface(str(info[opt])))
         self.port_links.append((a.name, len(a.intfs) - 1, b.name, len(b.intfs) - 1, dict(info)))
         self.links[f"{a.name}-{b.name}"] = ((name_a, ns_a), (name_b, ns_b))
         for node, name, ns, shape in ((a, name_a, ns_a, info.get("shape1", info.get("shape"))),

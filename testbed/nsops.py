@@ -184,10 +184,17 @@ def add_address(name: str, netns: str | None, cidr: str) -> None:
     _netlink(netns, f"add address {cidr} to {name}", body)
 
 
-def set_default_route(name: str, netns: str | None) -> None:
-    """Default route out of ``name`` (replacing any)."""
-    _netlink(netns, f"default route via {name}",
-             lambda ipr: ipr.route("replace", dst="0.0.0.0/0", oif=_index(ipr, name)))
+def set_default_route(name: str, netns: str | None, via: str | None = None) -> None:
+    """Default route out of ``name`` (replacing any): on-link, or through gateway ``via``."""
+    gw = {"gateway": via} if via else {}
+    _netlink(netns, f"default route out of {name}{' via ' + via if via else ''}",
+             lambda ipr: ipr.route("replace", dst="0.0.0.0/0", oif=_index(ipr, name), **gw))
+
+
+def replace_route(netns: str | None, prefix: str, via: str) -> None:
+    """Route ``prefix`` ("10.0.2.0/24") through next hop ``via``, replacing any route to
+    it (one RTM_NEWROUTE with NLM_F_REPLACE: atomic for packets being forwarded)."""
+    _netlink(netns, f"route {prefix} via {via}", lambda ipr: ipr.route("replace", dst=prefix, gateway=via))
 
 
 def link_mtu(name: str, netns: str | None) -> int:

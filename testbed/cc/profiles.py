@@ -460,13 +460,16 @@ def change_routes(host: Any, routes: list[list[str]]) -> None:
 
 
 def host_routes(host: Any) -> list[list[str]]:
-    """The host's IPv4 routes as ``ip route change`` selectors (dst, dev, proto, scope, src)."""
+    """The host's IPv4 routes as ``ip route change`` selectors (dst, dev, via, proto,
+    scope, src)."""
     import json
 
     out = host.run(["ip", "-j", "-4", "route", "show"]).stdout
     routes = []
     for r in json.loads(out or "[]"):
         sel = [r["dst"], "dev", r["dev"]]
+        if r.get("gateway"):  # a host behind a router (E4): `change` must keep its next hop
+            sel += ["via", r["gateway"]]
         if r.get("protocol"):
             sel += ["proto", r["protocol"]]
         if r.get("scope"):

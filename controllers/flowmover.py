@@ -1,0 +1,158 @@
+"""E4's flow mover: a control loop inside router r1 that moves a flow from the IP path
+onto the optical path with one atomic route replace (Moura et al., section 2: "the
+router r1 performs the transition of the TCP flow to the optical level").
+
+Run as ``python -m controllers.flowmover CONFIG.json`` inside r1's network namespace
+(:class:`controllers.flowmover_process.FlowMoverProcess` starts it). Two triggers:
+
+* ``command``: the move happens when the process gets SIGUSR1 (E4's timeline sends it
+  at the requested paper time);
+* ``threshold`` ("self-management", the paper's refs. [5, 6]): every ``interval_s`` the
+  loop reads the byte counter of r1's port from the sender (the flow's rate as the
+  router sees it, not the traffic generator's numbers) and moves the flow once the
+  rate has been at least ``threshold_bps`` for ``consecutive`` intervals in a row.
+
+The move is one RTM_NEWROUTE with NLM_F_REPLACE for ``prefix`` via ``via``: the kernel
+swaps the route atomically, so each packet r1 forwards takes either the old or the new
+path. Every event is a JSON line in ``log_path`` with CLOCK_MONOTONIC seconds (the
+emulation's clock, shared by all namespaces) and, at the move, CLOCK_REALTIME too
+(tcpdump's timestamps): ``{"event": "sample", "t": .., "rate_bps": ..}`` per interval in
+threshold mode (also after the move: the router's view of the flow's rate), ``{"event": "move", "trigger": .., "t_request": .., "t_before": ..,
+"t_after": .., "realtime_before": .., "realtime_after": .., "rate_bps": ..}`` once.
+``status_path`` holds ``{"ready": true, "moved": false}`` once the loop runs (the
+health check) and is rewritten after the move. Units: emulation seconds and bit/s.
+
+Standard library and pyroute2 only: it starts in the slow guest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+TRIGGERS = ("command", "threshold")
+
+
+class MoverConfigError(ValueError):
+    """The mover's config file is missing a key or has a bad value."""
+
+
+def load_config(path: Path) -> dict[str, Any]:
+    """The config (see the module docstring); raises MoverConfigError naming the key."""
+    cfg = json.loads(path.read_text())
+    for key in ("trigger", "prefix", "via", "watch_intf", "log_path", "status_path"):
+        if key not in cfg:
+            raise MoverConfigError(f"mover config {path}: missing {key!r}")
+    if cfg["trigger"] not in TRIGGERS:
+        raise MoverConfigError(f"mover config {path}: trigger {cfg['trigger']!r}; accepted: {', '.join(TRIGGERS)}")
+    if cfg["trigger"] == "threshold":
+        for key in ("interval_s", "threshold_bps", "consecutive"):
+            if not (isinstance(cfg.get(key), (int, float)) and cfg[key] > 0):
+                raise MoverConfigError(f"mover config {path}: {key} = {cfg.get(key)!r}; accepted: a number > 0")
+    return cfg
+
+
+class Mover:
+    """The route replace and its log; one move per process."""
+
+    def __init__(self, cfg: dict[str, Any], log: TextIO) -> None:
+        from pyroute2 import IPRoute
+
+        self.cfg, self.log = cfg, log
+        self.ipr = IPRoute()  # opened once: the move itself is one request
+        found = self.ipr.link_lookup(ifname=cfg["watch_intf"])
+        if not found:
+            raise MoverConfigError(f"no interface {cfg['watch_intf']} in this namespace")
+        self.watch_index = found[0]
+        self.moved = False
+        self.pending: float | None = None  # t of a SIGUSR1 not acted on yet
+
+    def rx_bytes(self) -> int:
+        """Bytes received on the watched port (the flow's data towards the receiver)."""
+        (link,) = self.ipr.get_links(self.watch_index)
+        stats = link.get("IFLA_STATS64") or link.get("IFLA_STATS")
+        return int(stats["rx_bytes"])
+
+    def move(self, trigger: str, t_request: float, rate_bps: float | None) -> None:
+        """Replace the route (once) and log the instants around it."""
+        if self.moved:
+            return
+        rt0, t0 = time.clock_gettime(time.CLOCK_REALTIME), time.monotonic()
+        self.ipr.route("replace", dst=self.cfg["prefix"], gateway=self.cfg["via"])
+        t1, rt1 = time.monotonic(), time.clock_gettime(time.CLOCK_REALTIME)
+        self.moved = True
+        self.emit({"event": "move", "trigger": trigger, "t_request": t_request, "t_before": t0, "t_after": t1,
+                   "realtime_before": rt0, "realtime_after": rt1, "rate_bps": rate_bps,
+                   "prefix": self.cfg["prefix"], "via": self.cfg["via"]})
+        write_status(Path(self.cfg["status_path"]), moved=True)
+
+    def emit(self, record: dict[str, Any]) -> None:
+        self.log.write(json.dumps(record) + "\n")
+        self.log.flush()
+
+
+def write_status(path: Path, *, moved: bool) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"ready": True, "moved": moved, "pid": os.getpid()}))
+    tmp.replace(path)
+
+
+def run(cfg: dict[str, Any]) -> None:
+    """The loop (see the module docstring); returns on SIGTERM."""
+    stop = False
+
+    def on_term(_sig: int, _frame: Any) -> None:
+        nonlocal stop
+        stop = True
+
+    with open(cfg["log_path"], "a") as log:
+        mover = Mover(cfg, log)
+
+        def on_usr1(_sig: int, _frame: Any) -> None:
+            # acted on at once: the handler runs between two bytecodes of the main
+            # thread, a sleep is interrupted
+            mover.move("command", time.monotonic(), None)
+
+        signal.signal(signal.SIGTERM, on_term)
+        if cfg["trigger"] == "command":
+            signal.signal(signal.SIGUSR1, on_usr1)
+        write_status(Path(cfg["status_path"]), moved=False)
+        if cfg["trigger"] == "command":
+            while not stop:
+                signal.pause()
+            return
+        interval, threshold, need = float(cfg["interval_s"]), float(cfg["threshold_bps"]), int(cfg["consecutive"])
+        last_t, last_b, above = time.monotonic(), mover.rx_bytes(), 0
+        next_t = last_t + interval
+        while not stop:
+            time.sleep(max(0.0, next_t - time.monotonic()))
+            next_t += interval
+            t, b = time.monotonic(), mover.rx_bytes()
+            rate = 8 * (b - last_b) / (t - last_t) if t > last_t else 0.0
+            last_t, last_b = t, b
+            mover.emit({"event": "sample", "t": t, "rate_bps": rate})
+            above = above + 1 if rate >= threshold else 0
+            if above >= need and not mover.moved:
+                mover.move("threshold", t, rate)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m controllers.flowmover CONFIG.json", file=sys.stderr)
+        return 2
+    try:
+        cfg = load_config(Path(argv[1]))
+        run(cfg)
+    except (MoverConfigError, OSError, json.JSONDecodeError) as exc:
+        print(f"flowmover: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,63 @@
+"""E4's network (Moura et al., Fig. 1): Sender - r1 - r2 - r3 - Receiver, the IP path,
+and a direct r1 - r3 link, the optical path. r1..r3 are Linux routers.
+
+Before the move r1 routes the receiver's subnet through r2; the move replaces that one
+route by r1 - r3. r3 always routes the sender's subnet back through r2, so ACKs stay
+on the IP path, as in the paper ("the transition affects only one direction").
+
+Delays (one way, emulation seconds): each direction of r1 - r2 and r2 - r3 carries a
+quarter of the RTT before the move, so data and ACKs each spend half of it on the IP
+path; r1 -> r3 carries ``optical_delay_s``, so that the RTT after the move is
+``optical_delay_s`` + half the RTT before. The access links (sender - r1, r3 -
+receiver) have no delay. Every direction of every link is shaped to ``link_rate_bps``
+(the paper's over-provisioned beta = phi1 = phi2 = xi) with a queue of
+``queue_packets``, which must hold every packet in flight on the link (netem's limit
+counts the packets it delays).
+"""
+
+from __future__ import annotations
+
+from mininet.topo import Topo
+
+from testbed.net import LinkShape
+
+SENDER, RECEIVER = "snd", "rcv"
+R1, R2, R3 = "r1", "r2", "r3"
+#: the sender's and the receiver's subnets, and the addresses of the routers' ports
+SENDER_NET, RECEIVER_NET = "10.0.1.0/24", "10.0.2.0/24"
+SENDER_IP, RECEIVER_IP = "10.0.1.1/24", "10.0.2.1/24"
+R1_SENDER, R1_R2, R1_R3 = "10.0.1.254/24", "10.0.12.1/24", "10.0.13.1/24"
+R2_R1, R2_R3 = "10.0.12.2/24", "10.0.23.2/24"
+R3_R2, R3_R1, R3_RECEIVER = "10.0.23.3/24", "10.0.13.3/24", "10.0.2.254/24"
+#: r1's next hops towards the receiver: before the move (r2) and after it (r3, optical)
+VIA_IP_PATH, VIA_OPTICAL_PATH = "10.0.12.2", "10.0.13.3"
+#: link names as testbed.net names them ("a-b" in build order), e.g. for --pcap
+RECEIVER_LINK, OPTICAL_LINK = f"{R3}-{RECEIVER}", f"{R1}-{R3}"
+
+
+def _ip(cidr: str) -> str:
+    return cidr.split("/")[0]
+
+
+class FlowMovePath(Topo):
+    """Sender - r1 - r2 - r3 - Receiver plus r1 - r3 (see the module docstring); all
+    arguments in emulation units."""
+
+    def build(self, link_rate_bps: float, rtt_before_s: float, optical_delay_s: float,
+              queue_packets: int = 1000, mtu: int | None = None) -> None:
+        hop = rtt_before_s / 4
+
+        def shape(delay_s: float) -> LinkShape:
+            return LinkShape(rate_bps=link_rate_bps, delay_s=delay_s, queue_packets=queue_packets)
+
+        snd = self.addHost(SENDER, ip=SENDER_IP, gateway=_ip(R1_SENDER))
+        rcv = self.addHost(RECEIVER, ip=RECEIVER_IP, gateway=_ip(R3_RECEIVER))
+        r1 = self.addHost(R1, cls="router", routes=((RECEIVER_NET, VIA_IP_PATH),))
+        r2 = self.addHost(R2, cls="router", routes=((RECEIVER_NET, _ip(R3_R2)), (SENDER_NET, _ip(R1_R2))))
+        r3 = self.addHost(R3, cls="router", routes=((SENDER_NET, _ip(R2_R3)),))
+        self.addLink(snd, r1, shape=shape(0.0), ip2=R1_SENDER, mtu=mtu)
+        self.addLink(r1, r2, shape=shape(hop), ip1=R1_R2, ip2=R2_R1, mtu=mtu)
+        self.addLink(r2, r3, shape=shape(hop), ip1=R2_R3, ip2=R3_R2, mtu=mtu)
+        # data only goes r1 -> r3; the r3 -> r1 direction carries nothing
+        self.addLink(r1, r3, shape1=shape(optical_delay_s), shape2=shape(0.0), ip1=R1_R3, ip2=R3_R1, mtu=mtu)
+        self.addLink(r3, rcv, shape=shape(0.0), ip1=R3_RECEIVER, mtu=mtu)
