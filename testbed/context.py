@@ -74,6 +74,8 @@ class PointContext:
     kept: KeptResources = field(default_factory=KeptResources)
     #: the optical fabric's per-port counters, read once when instruments() ends
     optical_counters: list[dict] | None = None
+    #: the point's time dilation when its family sets one per point (Family.point_tdf)
+    point_tdf: TimeDilation | None = None
 
     def keep(self, slot: str, key: Hashable, factory: Callable[[], ContextManager[T]]) -> T:
         """The object ``factory()`` entered for ``key``, reused by later points that ask
@@ -83,7 +85,8 @@ class PointContext:
 
     @property
     def tdf(self) -> TimeDilation:
-        return self.defn.tdf
+        """The point's time dilation: its family's per-point D, else the definition's."""
+        return self.point_tdf if self.point_tdf is not None else self.defn.tdf
 
     def log_file(self, name: str) -> IO[bytes]:
         return open(self.dir / name, "wb")

@@ -70,6 +70,16 @@ class Family:
         return None
 
     @classmethod
+    def point_tdf(cls, values: dict[str, Any], tdf: TimeDilation) -> TimeDilation:
+        """The time dilation a point with ``values`` runs at, given the definition's
+        ``tdf``. Default: the definition's. A family whose points differ by orders of
+        magnitude in packet rate sets it per point (E4: 100 Mbit/s .. 10 Gbit/s flows),
+        so that none runs needlessly slowly; every point records its D (status.json,
+        the manifest's ``point_tdf``) and results stay in paper units. Raises
+        DefinitionError for values it cannot dilate."""
+        return tdf
+
+    @classmethod
     def features(cls, values: dict[str, Any], tdf: TimeDilation) -> set[Feature]:
         """Kernel features one point with ``values`` needs: by default those of its
         topology's nodes and links, and clsact + BPF when the instruments count ports."""
@@ -106,7 +116,7 @@ class Family:
             key = repr(sorted((k, str(v)) for k, v in p.values.items()))
             if key not in seen:
                 seen.add(key)
-                yield cls.topology(p.values, defn.tdf)
+                yield cls.topology(p.values, cls.point_tdf(p.values, defn.tdf))
 
     @classmethod
     def run_point(cls, ctx: "PointContext") -> dict[str, Any]:

@@ -243,7 +243,7 @@ class FlowFamily(Family):
         ctx = fp.ctx
         selection = cls.cca_selection(ctx.defn, fp.values)
         rate = cls.profile_rate_bps(fp.values)
-        key = (json.dumps(selection.to_data(), sort_keys=True), rate)
+        key = (json.dumps(selection.to_data(), sort_keys=True), rate, ctx.tdf.factor)  # times are dilated
         fp.cca = ctx.keep("cca", key, lambda: applied(fp.emu, selection, ctx.tdf, rate))
         if cls.profiles_file:
             ctx.write_json(cls.profiles_file, fp.cca)

@@ -134,9 +134,10 @@ class RunStore:
         return d
 
     def finish(self, point: Point, summary: dict[str, Any] | None, error: str | None = None,
-               wall_s: float | None = None, emulation_s: float | None = None) -> None:
+               wall_s: float | None = None, emulation_s: float | None = None, tdf: float | None = None) -> None:
         """Record how ``point`` ended; ``wall_s``: host seconds it took, ``emulation_s``:
-        seconds on the kernel's clock (they differ in an instruction-counted guest).
+        seconds on the kernel's clock (they differ in an instruction-counted guest),
+        ``tdf``: the time dilation D it ran at.
         Raises SummaryError, writing nothing, when ``summary`` lacks a declared metric or
         has an undeclared column."""
         d = self.point_dir(point)
@@ -149,7 +150,8 @@ class RunStore:
                    **{k: str(v) if hasattr(v, "dim") else v for k, v in point.values.items()}, **summary}
             write_json(d / "summary.json", row)
         status.update(state="complete" if error is None else "failed", error=error,
-                      finished=time.time(), wall_s=wall_s, emulation_s=emulation_s)
+                      finished=time.time(), wall_s=wall_s, emulation_s=emulation_s,
+                      **({"tdf": tdf} if tdf is not None else {}))
         write_json(d / "status.json", status)
         self.write_summary_csv()
 

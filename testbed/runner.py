@@ -61,7 +61,7 @@ def run_features(defn: Definition) -> set[Feature]:
     family = families.load(defn.family)
     need: set[Feature] = set()
     for p in defn.points():
-        need |= family.features(p.values, defn.tdf)
+        need |= family.features(p.values, family.point_tdf(p.values, defn.tdf))
     if defn.cca is not None:
         choices = [c for c in (defn.cca.default, *defn.cca.hosts.values()) if c is not None]
         if any(PROFILES[c.profile].algorithm in OUR_MODULES for c in choices):
@@ -128,10 +128,13 @@ def run_native(defn: Definition, opts: RunOptions, run_id: str, out: Path, needs
     family = families.load(defn.family)
     store = RunStore.open(out, defn, family.metrics)
     points = defn.points()
+    tdfs = {p.id: family.point_tdf(p.values, defn.tdf) for p in points}
+    per_point = {pid: d.factor for pid, d in tdfs.items()} if any(d != defn.tdf for d in tdfs.values()) else {}
     write_json(out / "manifest.json", manifest.build(
         argv=opts.argv, tdf=defn.tdf.factor, seeds=sorted({p.seed for p in points}), features=needs,
         extra={"run_id": run_id, "points": len(points),
-               "congestion_control": manifest.congestion_control(defn)}))
+               "congestion_control": manifest.congestion_control(defn),
+               **({"point_tdf": per_point} if per_point else {})}))
     _log_to(out / "logs" / "run.log")
     token = "ot" + secrets.token_hex(2)
     ledger = Ledger.create(f"{run_id}-{os.getpid()}", results_dir=str(out), argv=opts.argv)
@@ -149,7 +152,7 @@ def run_native(defn: Definition, opts: RunOptions, run_id: str, out: Path, needs
                 progress.start(point)
                 d = store.begin(point)
                 ctx = PointContext(defn, point, d, ledger, token, opts.pcap, out / "pcap",
-                                   progress_fn=progress.note, kept=kept)
+                                   progress_fn=progress.note, kept=kept, point_tdf=tdfs[point.id])
                 t0, host0 = time.monotonic(), hostclock.host_seconds()
                 try:
                     try:
@@ -159,11 +162,11 @@ def run_native(defn: Definition, opts: RunOptions, run_id: str, out: Path, needs
                         raise
                     # checks the row against the family's metrics (SummaryError) first
                     store.finish(point, summary, wall_s=hostclock.host_seconds() - host0,
-                                 emulation_s=time.monotonic() - t0)
+                                 emulation_s=time.monotonic() - t0, tdf=ctx.tdf.factor)
                 except TestbedError as exc:
                     failed += 1
                     store.finish(point, None, error=str(exc), wall_s=hostclock.host_seconds() - host0,
-                                 emulation_s=time.monotonic() - t0)
+                                 emulation_s=time.monotonic() - t0, tdf=ctx.tdf.factor)
                     log.error("%s failed: %s", point.id, exc)
                     (d / "error.txt").write_text(traceback.format_exc())
                     progress.end(point, ok=False)
