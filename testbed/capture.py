@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import selectors
 import signal
 import subprocess
@@ -25,6 +26,8 @@ class Capture:
         (intf, netns) = emu.links[link][0]
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        #: packets the kernel dropped before tcpdump read them (set by stop())
+        self.dropped = 0
         argv = ["tcpdump", "-i", intf, "-U", "-s", str(snaplen), "-w", str(path)]
         # in the namespace of the link's end (None: a root-namespace end, an OVS port)
         self.proc = process.spawn(emu.ledger, argv, netns=netns, stderr=subprocess.PIPE,
@@ -50,6 +53,15 @@ class Capture:
 
     def stop(self) -> None:
         """SIGINT (tcpdump flushes and closes the file), SIGKILL after 10 s (then
-        CaptureError); marked gone in the ledger."""
+        CaptureError); marked gone in the ledger. Sets :attr:`dropped`."""
         if not process.stop(self.proc, grace_s=10):
             raise CaptureError(f"tcpdump writing {self.path} did not stop on SIGINT")
+        assert self.proc.stderr is not None
+        self.dropped = dropped_by_kernel(self.proc.stderr.read().decode(errors="replace"))
+
+
+def dropped_by_kernel(stderr: str) -> int:
+    """Packets tcpdump's closing statistics say the kernel dropped ("N packets dropped
+    by kernel"; 0 if it printed none)."""
+    m = re.search(r"(\d+) packets? dropped by kernel", stderr)
+    return int(m.group(1)) if m else 0

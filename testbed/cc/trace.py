@@ -69,11 +69,23 @@ struct event_t {
     u32 snd_una;
     u32 snd_nxt;
     u32 total_retrans;
+    u32 reordering;
     u8  state;
     u8  pad[3];
 };
 
 BPF_PERF_OUTPUT(events);
+
+/* TB_CHANGES: an "ack" event only when cwnd, ssthresh, the congestion state or the
+ * reordering degree differ from the socket's previous one */
+struct seen_t {
+    u32 cwnd;
+    u32 ssthresh;
+    u32 reordering;
+    u8 ca_state;
+    u8 pad[3];
+};
+BPF_HASH(last_seen, u64, struct seen_t, 4096);
 
 /* Explicit reads: bcc only rewrites dereferences inside the probe functions
  * themselves, not in helpers they call. */
@@ -129,7 +141,18 @@ static __always_inline int emit(void *ctx, struct sock *sk, struct sk_buff *skb,
     RD(e.snd_una, tp->snd_una);
     RD(e.snd_nxt, tp->snd_nxt);
     RD(e.total_retrans, tp->total_retrans);
+    RD(e.reordering, tp->reordering);
     RD(e.state, sk->__sk_common.skc_state);
+    if (TB_CHANGES && type == 0) {
+        u64 key = (u64)sk;
+        struct seen_t now = {.cwnd = e.cwnd, .ssthresh = e.ssthresh, .reordering = e.reordering,
+                             .ca_state = e.ca_state};
+        struct seen_t *old = last_seen.lookup(&key);
+        if (old && old->cwnd == now.cwnd && old->ssthresh == now.ssthresh &&
+            old->reordering == now.reordering && old->ca_state == now.ca_state)
+            return 0;
+        last_seen.update(&key, &now);
+    }
     events.perf_submit(ctx, &e, sizeof(e));
     return 0;
 }
@@ -157,7 +180,7 @@ int kprobe__tcp_rearm_rto(struct pt_regs *ctx, struct sock *sk)
 }
 """
 
-_FMT = "=QIIIHHBBHIIIIIIIIIIIIB3x"
+_FMT = "=QIIIHHBBHIIIIIIIIIIIIIB3x"
 _SIZE = struct.calcsize(_FMT)
 
 
@@ -192,6 +215,8 @@ class Sample:
     snd_nxt: int
     total_retrans: int
     tcp_state: str = "established"
+    #: the socket's reordering degree (tp->reordering, segments; 3 until reordering is seen)
+    reordering: int = 0
 
     def line(self) -> str:
         return (f"{self.t_s:12.6f} {self.event:<7} {self.src}:{self.sport}>{self.dst}:{self.dport} "
@@ -211,14 +236,19 @@ class CwndTracer:
     sockets with this local or remote port (0 = all). ``on_sample`` is called for
     each sample (e.g. to print it); all samples are also kept in ``samples``.
     ``arm``: also sample every (re)arming of the retransmission timer (``"arm"``
-    events: ``rto_s`` is the RTO being armed).
+    events: ``rto_s`` is the RTO being armed). ``changes_only``: an ``"ack"`` sample only
+    when cwnd, ssthresh, the congestion state or the reordering degree changed since the
+    socket's previous one (a long flow at a steady window then costs a few samples, not
+    one per ACK). ``lost``: samples the perf buffer dropped (the reader fell behind).
     """
 
     def __init__(self, *, netns: str | None = None, port: int = 0, hz: int | None = None,
-                 on_sample=None, arm: bool = False) -> None:  # type: ignore[no-untyped-def]
+                 on_sample=None, arm: bool = False, changes_only: bool = False) -> None:  # type: ignore[no-untyped-def]
         if not 0 <= port <= 65535:
             raise TraceError(f"port {port} out of range 0..65535")
         self.netns, self.port, self.on_sample, self.arm = netns, port, on_sample, arm
+        self.changes_only = changes_only
+        self.lost = 0
         if hz is None:
             from testbed.cc.sockops import kernel_hz
             hz = kernel_hz()
@@ -243,14 +273,15 @@ class CwndTracer:
             raise TraceError(f"bcc is not importable ({exc}): install python3-bpfcc and use the venv "
                              "made with --system-site-packages") from None
         ino = netns_inode(self.netns) if self.netns else 0
-        text = (_PROGRAM + (_ARM_PROBE if self.arm else "")).replace("TB_PORT", str(int(self.port))).replace("TB_NETNS", f"{ino}U")
+        text = (_PROGRAM + (_ARM_PROBE if self.arm else "")).replace("TB_PORT", str(int(self.port))) \
+            .replace("TB_NETNS", f"{ino}U").replace("TB_CHANGES", "1" if self.changes_only else "0")
         try:
             self._bpf = BPF(text=text)
         except Exception as exc:
             raise TraceError(f"bcc could not compile/attach the tracer ({exc}); it needs root and the "
                              "running kernel's headers: run it in the guest (testbed guest -- ...)") from None
         self._t0 = time.monotonic_ns()
-        self._bpf["events"].open_perf_buffer(self._handle, page_cnt=256)
+        self._bpf["events"].open_perf_buffer(self._handle, page_cnt=256, lost_cb=self._lost)
         self._thread = threading.Thread(target=self._poll, name="cwnd-tracer", daemon=True)
         self._thread.start()
 
@@ -258,13 +289,16 @@ class CwndTracer:
         while not self._stop.is_set():
             self._bpf.perf_buffer_poll(timeout=100)  # type: ignore[union-attr]
 
+    def _lost(self, count: int) -> None:
+        self.lost += count
+
     def _handle(self, cpu: int, data: int, size: int) -> None:
         import ctypes
 
         raw = ctypes.string_at(data, _SIZE)
         v = struct.unpack(_FMT, raw)
         (ts, netns, saddr, daddr, sport, dport, typ, state, dlen, cwnd, ssth, srtt, rto, pout,
-         sacked, lost, retrans, mss, una, nxt, total, sk_state) = v
+         sacked, lost, retrans, mss, una, nxt, total, reordering, sk_state) = v
         s = Sample(t_s=ts / 1e9, event=EVENTS.get(typ, str(typ)), netns=netns,
                    src=socket.inet_ntoa(struct.pack("=I", saddr)), sport=sport,
                    dst=socket.inet_ntoa(struct.pack("=I", daddr)), dport=dport,
@@ -272,7 +306,8 @@ class CwndTracer:
                    srtt_s=srtt / 1e6, rto_s=rto / self.hz,
                    in_flight=max(0, pout - sacked - lost + retrans), packets_out=pout, sacked_out=sacked,
                    lost_out=lost, retrans_out=retrans, mss=mss, snd_una=una, snd_nxt=nxt,
-                   total_retrans=total, tcp_state=TCP_STATES.get(sk_state, str(sk_state)))
+                   total_retrans=total, tcp_state=TCP_STATES.get(sk_state, str(sk_state)),
+                   reordering=reordering)
         self.samples.append(s)
         if self.on_sample:
             self.on_sample(s)

@@ -491,10 +491,11 @@ class Agent:
         if sp.get("notify") and self.point is not None:
             self.send({"ev": "ended", "seq": self.point.seq, "id": sp["id"], "status": status})
 
-    def write_sink(self, c: SinkConn, status: str, reason: str = "") -> None:
+    def write_sink(self, c: SinkConn, status: str, reason: str = "", info: dict[str, int] | None = None) -> None:
         h = c.host
         rec = {"id": c.flow_id, "peer": c.peer, "dst": h.name, "size": c.size or None, "got": c.got,
-               "accepted": c.accepted, "first": c.first, "last": c.last, "status": status, "reason": reason}
+               "accepted": c.accepted, "first": c.first, "last": c.last, "status": status, "reason": reason,
+               "tcp_info": info or {}}
         if c.bins is not None:
             rec["bins"] = {str(g): c.bins[i] for i, g in enumerate(h.grans)}
         h.sink_recs.append(rec)
@@ -747,10 +748,11 @@ class Agent:
 
     def close_conn(self, c: SinkConn, status: str, reason: str = "") -> None:
         self.conns.pop(c.sock.fileno(), None)
+        info = tcpinfo.read(c.sock)  # the receiver's view (e.g. out-of-order packets) before it closes
         c.sock.close()
         if status == "failed" and self.run_stopping():
             status, reason = "incomplete", f"run stopped ({reason})"
-        self.write_sink(c, status, reason)
+        self.write_sink(c, status, reason, info)
 
     # -- main loop ----------------------------------------------------------------------
     def step(self) -> float | None:

@@ -6,7 +6,11 @@ the fields the flow records use are decoded. Units are the kernel's: times in
 microseconds, cwnd and ssthresh in segments. ``data_segs_out`` counts every data
 segment sent, retransmissions included; ``dsack_dups`` counts the segments the
 receiver reported as duplicates with a DSACK (retransmissions whose original had
-arrived).
+arrived). ``busy_time_us`` is the time the sender had data in flight, of which
+``rwnd_limited_us`` it was held by the receiver's window and ``sndbuf_limited_us``
+by its send buffer (E4 checks with them that the buffer is the limit);
+``reord_seen`` counts the sender's reordering detections and ``rcv_ooopack`` the
+out-of-order packets a receiver got.
 """
 
 from __future__ import annotations
@@ -44,10 +48,14 @@ _FIELDS: dict[str, tuple[int, str]] = {
     "data_segs_in": (152, "I"),
     "data_segs_out": (156, "I"),
     "delivery_rate": (160, "Q"),
+    "busy_time_us": (168, "Q"),
+    "rwnd_limited_us": (176, "Q"),
+    "sndbuf_limited_us": (184, "Q"),
     "bytes_sent": (200, "Q"),
     "bytes_retrans": (208, "Q"),
     "dsack_dups": (216, "I"),
     "reord_seen": (220, "I"),
+    "rcv_ooopack": (224, "I"),
     "snd_wnd": (228, "I"),
 }
 
