@@ -44,7 +44,11 @@ class FlowMovePath(Topo):
     arguments in emulation units."""
 
     def build(self, link_rate_bps: float, rtt_before_s: float, optical_delay_s: float,
-              queue_packets: int = 1000, mtu: int | None = None) -> None:
+              queue_packets: int = 1000, access_limit: tuple[float, int] | None = None,
+              mtu: int | None = None) -> None:
+        """``access_limit`` (rate in bit/s, FIFO in packets): the sender's access link
+        towards r1 at that rate and queue instead (E4's link-limited variant: the
+        bottleneck sits before the paths split, so the move does not change it)."""
         hop = rtt_before_s / 4
 
         def shape(delay_s: float) -> LinkShape:
@@ -55,7 +59,9 @@ class FlowMovePath(Topo):
         r1 = self.addHost(R1, cls="router", routes=((RECEIVER_NET, VIA_IP_PATH),))
         r2 = self.addHost(R2, cls="router", routes=((RECEIVER_NET, _ip(R3_R2)), (SENDER_NET, _ip(R1_R2))))
         r3 = self.addHost(R3, cls="router", routes=((SENDER_NET, _ip(R2_R3)),))
-        self.addLink(snd, r1, shape=shape(0.0), ip2=R1_SENDER, mtu=mtu)
+        access = shape(0.0) if access_limit is None else \
+            LinkShape(rate_bps=access_limit[0], queue_packets=access_limit[1])
+        self.addLink(snd, r1, shape1=access, shape2=shape(0.0), ip2=R1_SENDER, mtu=mtu)
         self.addLink(r1, r2, shape=shape(hop), ip1=R1_R2, ip2=R2_R1, mtu=mtu)
         self.addLink(r2, r3, shape=shape(hop), ip1=R2_R3, ip2=R3_R2, mtu=mtu)
         # data only goes r1 -> r3; the r3 -> r1 direction carries nothing
