@@ -80,6 +80,15 @@ class Family:
         return tdf
 
     @classmethod
+    def infeasible(cls, values: dict[str, Any], tdf: TimeDilation) -> str | None:
+        """Why a point with ``values`` cannot run on this testbed at all, or None. For a
+        fact, not a bad input (that is :meth:`check`'s): E4's 10 Gbit/s x 1000 ms needs a
+        window above TCP's largest, as the paper's own omission of the case says. The
+        runner records such a point as skipped with the reason (status.json, the run's
+        progress, the report's list of points) and runs the others."""
+        return None
+
+    @classmethod
     def features(cls, values: dict[str, Any], tdf: TimeDilation) -> set[Feature]:
         """Kernel features one point with ``values`` needs: by default those of its
         topology's nodes and links, and clsact + BPF when the instruments count ports."""

@@ -133,6 +133,14 @@ class RunStore:
                                        "label": point.label(), "rep": point.rep, "seed": point.seed})
         return d
 
+    def skip(self, point: Point, reason: str) -> None:
+        """Record that ``point`` was not run because it cannot be (``reason``, the
+        family's :meth:`~testbed.family.Family.infeasible`); it has no summary row."""
+        d = self.point_dir(point)
+        d.mkdir(parents=True, exist_ok=True)
+        write_json(d / "status.json", {"state": "skipped", "error": reason, "label": point.label(),
+                                       "rep": point.rep, "seed": point.seed, "finished": time.time()})
+
     def finish(self, point: Point, summary: dict[str, Any] | None, error: str | None = None,
                wall_s: float | None = None, emulation_s: float | None = None, tdf: float | None = None) -> None:
         """Record how ``point`` ended; ``wall_s``: host seconds it took, ``emulation_s``:

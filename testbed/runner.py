@@ -138,7 +138,7 @@ def run_native(defn: Definition, opts: RunOptions, run_id: str, out: Path, needs
     _log_to(out / "logs" / "run.log")
     token = "ot" + secrets.token_hex(2)
     ledger = Ledger.create(f"{run_id}-{os.getpid()}", results_dir=str(out), argv=opts.argv)
-    todo = [p for p in points if store.state(p) != "complete"]
+    todo = [p for p in points if store.state(p) not in ("complete", "skipped")]
     skipped = len(points) - len(todo)
     if skipped:
         print(f"resuming {out}: {skipped} of {len(points)} points already complete", file=sys.stderr)
@@ -149,6 +149,11 @@ def run_native(defn: Definition, opts: RunOptions, run_id: str, out: Path, needs
     try:
         with terminate_as_exception():
             for point in todo:
+                reason = family.infeasible(point.values, tdfs[point.id])
+                if reason is not None:
+                    store.skip(point, reason)
+                    progress.skip(point, reason)
+                    continue
                 progress.start(point)
                 d = store.begin(point)
                 ctx = PointContext(defn, point, d, ledger, token, opts.pcap, out / "pcap",
@@ -205,6 +210,10 @@ class Progress:
     def start(self, point: Point) -> None:
         self.current, self.point_t0 = point, hostclock.host_seconds()
         print(f"{self._prefix()} {point.id} {point.label()} ...", file=sys.stderr, flush=True)
+
+    def skip(self, point: Point, reason: str) -> None:
+        self.done += 1
+        print(f"{self._prefix()} {point.id} {point.label()} skipped: {reason}", file=sys.stderr, flush=True)
 
     def note(self, message: str) -> None:
         print(f"    {message}", file=sys.stderr, flush=True)

@@ -5,6 +5,8 @@ paper omits included)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from testbed import definition
@@ -94,13 +96,16 @@ def test_time_dilation_per_point_follows_the_limit_rate(tmp_path):
     assert E4FlowMove.point_tdf(slow, TimeDilation(1)).factor == 1
 
 
-def test_the_case_the_paper_omits_is_refused_with_the_reason(tmp_path):
-    # 10 Gbit/s x 1000 ms: a 1.25 GB window, above TCP's largest (RFC 7323) and the guest's memory
-    with pytest.raises(DefinitionError) as err:
-        load(tmp_path, {"limit_rate": "10 Gbit/s", "rtt": "1000 ms"})
-    assert err.value.key == "params.limit_rate" and "RFC 7323" in str(err.value)
+def test_the_case_the_paper_omits_is_skipped_with_the_reason(tmp_path):
+    # 10 Gbit/s x 1000 ms: a 1.25 GB window, above TCP's largest (RFC 7323): the runner
+    # skips the point with this reason and runs the rest of the sweep
+    defn = load(tmp_path, {"rtt": "1000 ms"}, run="[sweep]\nlimit_rate = [\"1 Gbit/s\", \"10 Gbit/s\"]\n")
+    reasons = [E4FlowMove.infeasible(p.values, defn.tdf) for p in defn.points()]
+    assert reasons[0] is None  # 125 MB: runs
+    assert "RFC 7323" in reasons[1] and "8.59 Gbit/s" in reasons[1]
     assert 1.25e9 > MAX_TCP_WINDOW
-    load(tmp_path, {"limit_rate": "1 Gbit/s", "rtt": "1000 ms"})  # 125 MB: accepted
+    big = values(limit_rate="2 Gbit/s", rtt="1000 ms")  # 250 MB: TCP could, the guest cannot
+    assert "guest" in E4FlowMove.infeasible(big, TimeDilation(1))
 
 
 @pytest.mark.parametrize("sets, key", [
@@ -121,3 +126,13 @@ def test_automatic_phases_scale_with_the_rtt():
     assert E4FlowMove.phases(values(rtt="10 ms")) == pytest.approx((2.0, 2.0))
     assert E4FlowMove.phases(values(rtt="1000 ms")) == pytest.approx((25.0, 20.0))
     assert E4FlowMove.phases(values(before="3 s", after="4 s")) == pytest.approx((3.0, 4.0))
+
+
+def test_time_to_reach_needs_three_bins_in_a_row():
+    from testbed.families._e4_measure import time_to_reach
+
+    # the first bin after the move is high (both paths deliver), then a dip, then recovery
+    rates = [2.0, 0.5, 0.9, 1.7, 1.7, 1.8, 1.7]
+    assert time_to_reach(rates, 1.6, 0.01) == pytest.approx(0.04)
+    assert math.isnan(time_to_reach([2.0, 0.5, 1.7, 1.7], 1.6, 0.01))
+    assert time_to_reach([1.7] * 3, 1.6, 0.01) == pytest.approx(0.01)

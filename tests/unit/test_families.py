@@ -358,3 +358,47 @@ def test_a_new_family_module_is_all_the_registry_needs(dummy_family, tmp_path):
     from analysis.report import generate
 
     assert "goodput" in generate(run).read_text()
+
+
+INFEASIBLE = DUMMY.replace('''def analyse(summary, config, out):''', '''    @classmethod
+    def infeasible(cls, values, tdf):
+        return "too fast for this test" if values["rate"].si > 1.5e9 else None
+
+    @classmethod
+    def run_point(cls, ctx):
+        ctx.write_json("ran.json", {"tdf": ctx.tdf.factor})
+        return {"goodput_bps": values_rate(ctx)}
+
+
+def values_rate(ctx):
+    return ctx.point.values["rate"].si
+
+
+def analyse(summary, config, out):''')
+
+
+def test_an_infeasible_point_is_skipped_with_its_reason_and_the_others_run(tmp_path, monkeypatch, capsys):
+    from testbed import runner
+
+    folder = tmp_path / "families"
+    folder.mkdir()
+    (folder / "dummy_skip.py").write_text(INFEASIBLE.replace("{name}", "dummy-skip"))
+    monkeypatch.setattr(families, "__path__", [*families.__path__, str(folder)])
+    monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path / "state"))
+    try:
+        defn = definition.validate({"experiment": {"name": "d", "family": "dummy-skip"},
+                                    "sweep": {"rate": ["1 Gbit/s", "2 Gbit/s"]}})
+        out = tmp_path / "out"
+        code = runner.run_native(defn, runner.RunOptions(out=out, report=False), "rid", out, [])
+        assert code == 0
+        status = {p.name: json.loads((p / "status.json").read_text()) for p in sorted((out / "points").iterdir())}
+        assert [s["state"] for s in status.values()] == ["complete", "skipped"]
+        assert status["p0001"]["error"] == "too fast for this test"
+        assert not (out / "points" / "p0001" / "ran.json").exists()
+        assert "p0001 rate=2 Gbit/s rep=0 skipped: too fast for this test" in capsys.readouterr().err
+        assert (out / "summary.csv").read_text().count("\n") == 2  # header + the point that ran
+        # a resumed run does not try it again, nor the complete one
+        assert runner.run_native(defn, runner.RunOptions(out=out, report=False), "rid2", out, []) == 0
+        assert "skipped: too fast" not in capsys.readouterr().err
+    finally:
+        sys.modules.pop("testbed.families.dummy_skip", None)
