@@ -15,7 +15,8 @@ buffer-limited CUBIC moved at a set time with RTT after = 0.6 x before):
 
 - ``throughput_1s_<group>.png``: Figs. 2(a) (1 Gbit/s), 3(a) (100 Mbit/s), 3(b)
   (10 Gbit/s): receiver-side throughput (capture, 1 s bins, mean over repetitions per
-  bin) vs time, one line per RTT, dashed the limit before (alpha / RTT-before), dotted
+  bin, the bins matched by their index from the flow's start and drawn at their mean
+  start) vs time, one line per RTT, dashed the limit before (alpha / RTT-before), dotted
   the paper's "new theoretical value" alpha / RTT-after.
 - ``throughput_rtt_<group>.png``: Fig. 2(b): the same at one-RTT-before bins, one panel
   per RTT (x in RTTs before, -20 .. +40), the first repetition; thin: the receiving
@@ -165,21 +166,22 @@ def bins(series: pd.DataFrame, granularity_s: float, source: str = "capture") ->
 
 
 def first_second_rate(series: pd.DataFrame, span_s: float = 1.0) -> float:
-    """Receiver-side rate (bit/s, capture) over [0, ``span_s``) after the move, from
-    the coarsest granularity that dividing ``span_s`` has a bin starting at the move
-    and every bin of the span; nan if none has (bins not aligned on the move)."""
+    """Receiver-side rate (bit/s, capture) over [0, ``span_s``) after the move, from the
+    finest capture granularity (at most ``span_s``) whose bins cover that span: the bytes
+    of the bins inside it plus the share of each bin it cuts, taken as spread evenly over
+    that bin (exact when a bin starts at the move; the family's bins start at the flow's
+    start, so the move cuts one by the move's offset). nan when no granularity covers it."""
     cap = series[series["source"].astype(str) == "capture"]
-    for g in sorted(set(pd.to_numeric(cap["granularity_s"], errors="coerce").dropna()), reverse=True):
-        n = span_s / g
-        if g <= 0 or abs(n - round(n)) > 1e-6 * max(1.0, n):
+    for g in sorted(set(pd.to_numeric(cap["granularity_s"], errors="coerce").dropna())):
+        if not 0 < g <= span_s * (1 + 1e-9):
             continue
         b = bins(cap, g)
         start = b["t_s"].to_numpy(dtype=float)
         tol = 1e-6 * g
-        inside = (start > -tol) & (start < span_s - tol)
-        if not (np.abs(start) <= tol).any() or inside.sum() != round(n):
+        if not len(start) or start.min() > tol or start.max() + g < span_s - tol:
             continue
-        return 8 * float(b["bytes"].to_numpy(dtype=float)[inside].sum()) / span_s
+        share = np.clip(np.minimum(start + g, span_s) - np.maximum(start, 0.0), 0.0, None) / g
+        return 8 * float((b["bytes"].to_numpy(dtype=float) * share).sum()) / span_s
     return math.nan
 
 
@@ -226,6 +228,14 @@ def _save(fig: plt.Figure, path: Path) -> Path:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def numbered(b: pd.DataFrame, granularity_s: float) -> pd.DataFrame:
+    """One run's bins of one granularity with ``bin``, their index from the run's first
+    bin: the same bin of every repetition (bins start at the flow's start, so the move
+    falls at a slightly different place in each run)."""
+    t = b["t_s"].to_numpy(dtype=float)
+    return b.assign(bin=np.round((t - t.min()) / granularity_s).astype(int))
 
 
 def _step(ax: plt.Axes, start: np.ndarray, values: np.ndarray, width: float, **style: object) -> None:
@@ -312,13 +322,13 @@ def throughput_1s_figures(summary: pd.DataFrame, series: dict[str, pd.DataFrame]
         drawn = 0
         for i, c in enumerate(grp.configs):
             parts = [bins(series[str(p)], 1.0) for p in c.rows["point"] if str(p) in series]
-            parts = [p.assign(t=np.round(p["t_s"].to_numpy(dtype=float), 9)) for p in parts if not p.empty]
+            parts = [numbered(p, 1.0) for p in parts if not p.empty]
             if not parts:
                 continue
-            per_bin = pd.concat(parts).groupby("t")["bytes"].mean() * 8  # bits in 1 s
+            per_bin = pd.concat(parts).groupby("bin").agg(t=("t_s", "mean"), bits=("bytes", "mean"))
             colour = f"C{i}"
-            _step(ax, per_bin.index.to_numpy(dtype=float), per_bin.to_numpy() * factor, 1.0, color=colour,
-                  label=f"RTT {c.value('rtt')} ({len(parts)} runs)")
+            _step(ax, per_bin["t"].to_numpy(dtype=float), per_bin["bits"].to_numpy() * 8 * factor, 1.0,
+                  color=colour, label=f"RTT {c.value('rtt')} ({len(parts)} runs)")
             _limits(ax, c, factor, colour)
             drawn += 1
         if not drawn:

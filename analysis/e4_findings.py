@@ -40,7 +40,8 @@ are left out and named in the side column. Rules, fixed before any E4 run:
   10 ms, so a bound of 100 would fail there by construction.
 - F4: no reduction at the coarse 1 s granularity (paper Fig. 2(a): "no throughput
   reduction is observed"): the receiver-side rate over [0, 1 s) after the move /
-  rate_before > 1 - MARGIN (non-inferiority), per run from its series.
+  rate_before > 1 - MARGIN (non-inferiority), per run from its capture series (the
+  finest bins covering that second, the two it cuts pro rata: ``analysis.e4``).
 
 Each finding is "not measured" (saying which points are needed) when the run has no
 such configuration or lacks the column; a sub-finding whose values are all missing
@@ -290,7 +291,7 @@ def _against(fid: str, c: Config, g: pd.DataFrame, column: str, what: str, side:
     claim, paper = CLAIMS[fid]
     values = pd.to_numeric(g[column], errors="coerce") if column in g else pd.Series(dtype=float)
     if values.isna().all():
-        source = "throughput_series.csv with capture bins at the move" if column == "_first" else column
+        source = "throughput_series.csv with capture bins covering [0, 1 s) after the move" if column == "_first" else column
         return not_measured(fid, claim, f"{source} at {c.label} (missing in its {len(g)} runs; capture off?)",
                             paper=paper)
     where = label(c.columns, c.key, skip=("limiter", "cca"))

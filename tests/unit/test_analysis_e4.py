@@ -108,22 +108,22 @@ def summary_of(*stories: Story, reps: int = REPS) -> pd.DataFrame:
 
 
 def series_rows(story: Story, rep: int) -> list[dict]:
-    """throughput_series.csv of one run: one-RTT bins aligned on the move and 1 s bins
-    starting at -before (misaligned with the move when before is not whole seconds)."""
+    """throughput_series.csv of one run as the family writes it: bins of one RTT and of
+    1 s from the flow's start, so the move (``before`` + a lateness of 0.3 ms x (rep + 1)
+    after the start) falls inside a bin; each bin holds the integral of the story's rate."""
     f, d = spread(rep)
     dip = max(0.0, story.dip + d) if story.dip > 0 else 0.0
     n_before, n_after = round(story.before_s() / story.rtt), round(story.after_s() / story.rtt)
-    ks = np.arange(-n_before, n_after)
-    nbytes = np.array([story.rate(int(k), f, dip) * story.rtt / 8 for k in ks])
+    edges = np.arange(-n_before, n_after + 1) * story.rtt          # one-RTT bins from the move
+    cum = np.concatenate([[0.0], np.cumsum([story.rate(int(k), f, dip) * story.rtt / 8
+                                            for k in range(-n_before, n_after)])])
+    move_s = story.before_s() + 3e-4 * (rep + 1)
     rows = []
-    for source in ("capture", "socket"):
-        rows += [{"granularity_s": story.rtt, "source": source, "t_s": k * story.rtt, "bytes": b,
-                  "throughput_bps": 8 * b / story.rtt} for k, b in zip(ks, nbytes)]
-    per_s = round(1 / story.rtt)
-    for i in range(0, len(ks) - per_s + 1, per_s):
-        b = float(nbytes[i:i + per_s].sum())
-        rows.append({"granularity_s": 1.0, "source": "capture", "t_s": ks[i] * story.rtt, "bytes": b,
-                     "throughput_bps": 8 * b})
+    for g, sources in ((story.rtt, ("capture", "socket")), (1.0, ("capture",))):
+        start = -move_s + np.arange(math.ceil((move_s + story.after_s()) / g)) * g
+        nbytes = np.interp(start + g, edges, cum) - np.interp(start, edges, cum)
+        rows += [{"granularity_s": g, "source": src, "t_s": t, "bytes": b, "throughput_bps": 8 * b / g}
+                 for src in sources for t, b in zip(start, nbytes)]
     return rows
 
 
@@ -260,18 +260,24 @@ def test_runs_that_did_not_move_are_left_out():
 
 # ---- helpers --------------------------------------------------------------------------------
 
-def test_first_second_rate_needs_bins_aligned_on_the_move():
-    coarse = [{"granularity_s": 1.0, "source": "capture", "t_s": t, "bytes": 1000} for t in (-0.5, 0.5)]
+def test_first_second_rate_takes_the_finest_bins_and_cuts_edge_bins_pro_rata():
+    coarse = [{"granularity_s": 1.0, "source": "capture", "t_s": t, "bytes": b} for t, b in ((-0.5, 1000), (0.5, 3000))]
     fine = [{"granularity_s": 0.25, "source": "capture", "t_s": t, "bytes": b}
             for t, b in ((-0.25, 7), (0.0, 100), (0.25, 200), (0.5, 300), (0.75, 400), (1.0, 9))]
     socket = [{"granularity_s": 0.25, "source": "socket", "t_s": 0.0, "bytes": 10 ** 6}]
     assert e4.first_second_rate(pd.DataFrame(coarse + fine + socket)) == pytest.approx(8 * 1000)
-    assert math.isnan(e4.first_second_rate(pd.DataFrame(coarse)))
-    # a 1 s bin at the move wins; written twice (RTT = 1 s: both granularities) it counts once
+    # only 1 s bins, the move halfway into one: half of each of the two it cuts
+    assert e4.first_second_rate(pd.DataFrame(coarse)) == pytest.approx(8 * (500 + 1500))
+    # bins from -0.1 s: [-0.1, 0.15) counts 0.6 of its bytes, [0.9, 1.15) 0.4
+    offset = [{"granularity_s": 0.25, "source": "capture", "t_s": -0.1 + 0.25 * i, "bytes": b}
+              for i, b in enumerate((100, 200, 300, 400, 500))]
+    assert e4.first_second_rate(pd.DataFrame(offset)) == pytest.approx(8 * (60 + 200 + 300 + 400 + 200))
+    # written twice (RTT = 1 s: both granularities) a bin counts once
     aligned = [{"granularity_s": 1.0, "source": "capture", "t_s": 0.0, "bytes": 5000}] * 2
-    assert e4.first_second_rate(e4.clean_series(pd.DataFrame(aligned + fine))) == pytest.approx(8 * 5000)
-    # a series that ends before the first second is over: no value
+    assert e4.first_second_rate(e4.clean_series(pd.DataFrame(aligned))) == pytest.approx(8 * 5000)
+    # a series that ends before the first second is over, or starts after the move: no value
     assert math.isnan(e4.first_second_rate(pd.DataFrame(fine[:3])))
+    assert math.isnan(e4.first_second_rate(pd.DataFrame(fine[2:])))
 
 
 def test_window_trace_carries_the_value_held_at_the_window_start():
@@ -352,3 +358,10 @@ def test_the_report_is_generated_from_the_folder(tmp_path):
     index = report.generate(out.parent)
     text = index.read_text()
     assert html.escape(findings.TITLE) in text and "throughput_1s_" in text and "v-holds" in text
+
+
+def test_bins_of_repetitions_are_matched_from_the_flows_start():
+    # two runs whose moves fall 0.2 s and 0.7 s into a bin: bin i is the same second
+    a = pd.DataFrame({"t_s": [-2.2, -1.2, -0.2, 0.8]})
+    b = pd.DataFrame({"t_s": [-2.7, -1.7, -0.7, 0.3]})
+    assert list(e4.numbered(a, 1.0)["bin"]) == list(e4.numbered(b, 1.0)["bin"]) == [0, 1, 2, 3]
