@@ -75,7 +75,8 @@ PAPER_FIG_RTT = {1e9: "Fig. 2(b)"}
 #: the paper's duplicate ACK count and where (limit bit/s, RTT s)
 PAPER_DUPACKS, PAPER_DUPACKS_AT = 1372, (1e9, 0.010)
 #: TCP's largest window, 65535 x 2^14 bytes (RFC 7323, section 2.3), for the note on
-#: the case the paper omits (the family refuses it: testbed.families.e4_flowmove)
+#: the case the paper omits (the family skips it: testbed.families.e4_flowmove, whose
+#: MAX_TCP_WINDOW this analysis cannot import: the family imports the analysis)
 TCP_MAX_WINDOW = 65535 << 14
 #: the case the paper omits (Fig. 3(b)): limit bit/s, RTT s
 OMITTED = (10e9, 1.0)
@@ -649,7 +650,8 @@ def omitted_note(summary: pd.DataFrame) -> str:
     return (f"not run: alpha = 10 Gbit/s x 1 s = {alpha / 1e9:g} GB, above TCP's largest window "
             f"65535 x 2^14 = {TCP_MAX_WINDOW} B (RFC 7323, section 2.3: the window cannot be that large, so no "
             "TCP reaches 10 Gb/s at that RTT) and above what the guest holds three times over (netem, sender, "
-            "receiver); the family refuses the point (docs/e4.md). The paper's flow did not reach 10 Gb/s either.")
+            "receiver); the testbed skips the point and its status.json says why (docs/e4.md). The paper's flow did not "
+            "reach 10 Gb/s either.")
 
 
 # ---- entry ---------------------------------------------------------------------------------
