@@ -19,6 +19,7 @@ trigger), ``e4.json`` (everything else the summary is computed from).
 from __future__ import annotations
 
 import json
+import logging
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,8 @@ import numpy as np
 if TYPE_CHECKING:
     from testbed.flow_family import FlowPoint
     from testbed.traffic import TrafficResult
+
+log = logging.getLogger(__name__)
 
 
 #: windows, in RTTs before the move: the steady rates before the move and at the end of
@@ -119,9 +122,21 @@ def summarise(family: Any, fp: "FlowPoint", result: "TrafficResult") -> dict[str
             return 8 * float(pay[sel].sum()) / D.time_to_paper(hi - lo) if hi > lo else math.nan
 
         cap["rate_before"] = rate(-steady, 0.0)
+        if v["limiter"] == "buffer" and cap["rate_before"] > 1.1 * limit_before:
+            text = (f"the flow ran at {cap['rate_before'] / 1e9:.3g} Gbit/s before the move, above its buffer's "
+                    f"limit {limit_before / 1e9:.3g} Gbit/s: the window clamp did not hold")
+            log.warning("%s: %s", ctx.dir.name, text)
+            ctx.progress(f"warning: {text}")
         cap["rate_after"] = rate(end_rel - steady - D.time_to_emulation(rtt_b), end_rel - D.time_to_emulation(rtt_b))
-        for g in (1.0, rtt_b):
-            s = pcaptcp.series(trace, D.time_to_emulation(g), move_real, -(t_move - t0), end_rel)
+        for g in sorted({1.0, rtt_b}):
+            # bins with an edge at the move, from the flow's start to the end of the last
+            # whole bin
+            g_emu = D.time_to_emulation(g)
+            first = -g_emu * math.ceil((t_move - t0) / g_emu - 1e-9)
+            last = g_emu * math.floor(end_rel / g_emu + 1e-9)
+            if last <= 0:
+                continue
+            s = pcaptcp.series(trace, g_emu, move_real, first, last)
             for start, nbytes in zip(s.start_s, s.bytes):
                 series_rows.append({"granularity_s": g, "source": "capture", "t_s": D.time_to_paper(float(start)),
                                     "bytes": int(nbytes), "throughput_bps": 8 * int(nbytes) / g})
@@ -148,7 +163,7 @@ def summarise(family: Any, fp: "FlowPoint", result: "TrafficResult") -> dict[str
              "behind_segments": float(b)}
             for t, sq, e, f, c, b in zip(late_t, late.seq, late.end, late.front, late.copy, extent.segments)])
     # the receiving socket's own counts (the traffic agent's bins), aligned on the flow's start
-    for g in (1.0, rtt_b):
+    for g in sorted({1.0, rtt_b}):
         try:
             rows = result.flow_series(0, g)
         except Exception:  # noqa: BLE001 - a flow that never connected has no series

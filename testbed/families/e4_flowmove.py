@@ -304,16 +304,20 @@ class E4FlowMove(FlowFamily):
     # -- per point ------------------------------------------------------------------------------
     @classmethod
     def prepare(cls, fp: FlowPoint) -> None:
-        """r1 back on the IP path (a kept network was left moved), buffers that let the
-        window reach alpha (tcp_rmem / tcp_wmem maxima of 4 alpha, per namespace), the
-        live tracer."""
+        """r1 back on the IP path (a kept network was left moved); buffers: the receiver
+        starts with 4 alpha and does not autotune (``tcp_moderate_rcvbuf`` 0: autotuning
+        raises ``window_clamp`` with the buffer in Linux 6.1's tcp_rcv_space_adjust(), so
+        TCP_WINDOW_CLAMP = alpha would not hold: measured, the flow ran at the links'
+        2.4 Gbit/s instead of 1), the sender autotunes up to 4 alpha (per namespace);
+        the live tracer."""
         from testbed import nsops
         from topologies.flowmove import R1, RECEIVER, RECEIVER_NET, SENDER, VIA_IP_PATH
 
         v = fp.values
         nsops.replace_route(fp.emu[R1].netns, RECEIVER_NET, VIA_IP_PATH)
         big = max(4 * cls.buffer_bytes(v), 6 << 20)
-        fp.emu[RECEIVER].sysctl("net.ipv4.tcp_rmem", f"4096 131072 {big}")
+        fp.emu[RECEIVER].sysctl("net.ipv4.tcp_moderate_rcvbuf", 0)
+        fp.emu[RECEIVER].sysctl("net.ipv4.tcp_rmem", f"4096 {big} {big}")
         fp.emu[SENDER].sysctl("net.ipv4.tcp_wmem", f"4096 16384 {big}")
         fp.measured["tracer"] = cls._tracer(fp) if v["trace_cwnd"] else None
 
