@@ -23,7 +23,7 @@ are left out and named in the side column. Rules, fixed before any E4 run:
   dip_depth > :data:`DIP_MIN` (5 %: the lowest one-RTT bin within the family's
   DIP_RTTS = 10 RTTs after the move is more than 5 % below rate_before).
 - F2: a quick rise to the new limit ("quickly recover", "quickly reacts"): the family's
-  time_to_95_s (to the end of the first of three consecutive one-RTT bins at >= 95 % of
+  time_to_95_s (to the end of the first of three consecutive one-RTT-after bins at >= 95 % of
   limit_after: one bin alone can be high while both paths deliver), in RTTs before the move,
   < :data:`FEW_RTTS` (10 RTTs: "a few"). A run that never reached it has no time_to_95
   (NaN); it is counted as :data:`CENSOR_RTTS` RTTs, a lower bound on its true time (the

@@ -5,8 +5,11 @@ router r1 performs the transition of the TCP flow to the optical level").
 Run as ``python -m controllers.flowmover CONFIG.json`` inside r1's network namespace
 (:class:`controllers.flowmover_process.FlowMoverProcess` starts it). Two triggers:
 
-* ``command``: the move happens when the process gets SIGUSR1 (E4's timeline sends it
-  at the requested paper time);
+* ``command``: the move happens when the process gets SIGUSR1, or at the
+  CLOCK_MONOTONIC instant written in ``at_path`` when it gets SIGUSR2 (E4 arms it as
+  soon as the flow started: the mover then sleeps until that instant itself, so the
+  move does not wait for the run's Python loop, measured 5 ms of paper time late at
+  D = 50);
 * ``threshold`` ("self-management", the paper's refs. [5, 6]): every ``interval_s`` the
   loop reads the byte counter of r1's port from the sender (the flow's rate as the
   router sees it, not the traffic generator's numbers) and moves the flow once the
@@ -45,7 +48,7 @@ class MoverConfigError(ValueError):
 def load_config(path: Path) -> dict[str, Any]:
     """The config (see the module docstring); raises MoverConfigError naming the key."""
     cfg = json.loads(path.read_text())
-    for key in ("trigger", "prefix", "via", "watch_intf", "log_path", "status_path"):
+    for key in ("trigger", "prefix", "via", "watch_intf", "log_path", "status_path", "at_path"):
         if key not in cfg:
             raise MoverConfigError(f"mover config {path}: missing {key!r}")
     if cfg["trigger"] not in TRIGGERS:
@@ -113,18 +116,32 @@ def run(cfg: dict[str, Any]) -> None:
     with open(cfg["log_path"], "a") as log:
         mover = Mover(cfg, log)
 
+        deadline: float | None = None
+
         def on_usr1(_sig: int, _frame: Any) -> None:
             # acted on at once: the handler runs between two bytecodes of the main
             # thread, a sleep is interrupted
             mover.move("command", time.monotonic(), None)
 
+        def on_usr2(_sig: int, _frame: Any) -> None:
+            nonlocal deadline
+            deadline = float(json.loads(Path(cfg["at_path"]).read_text())["at"])
+
         signal.signal(signal.SIGTERM, on_term)
         if cfg["trigger"] == "command":
             signal.signal(signal.SIGUSR1, on_usr1)
+            signal.signal(signal.SIGUSR2, on_usr2)
         write_status(Path(cfg["status_path"]), moved=False)
         if cfg["trigger"] == "command":
             while not stop:
-                signal.pause()
+                if deadline is None or mover.moved:
+                    signal.pause()
+                    continue
+                left = deadline - time.monotonic()
+                if left > 0:
+                    time.sleep(left)  # a signal ends it early; the loop then looks again
+                    continue
+                mover.move("command", deadline, None)
             return
         interval, threshold, need = float(cfg["interval_s"]), float(cfg["threshold_bps"]), int(cfg["consecutive"])
         last_t, last_b, above = time.monotonic(), mover.rx_bytes(), 0

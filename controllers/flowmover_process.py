@@ -29,8 +29,8 @@ from testbed.traffic.records import read_jsonl
 
 
 class FlowMoverProcess(ControlProcess):
-    """See the module docstring. ``trigger`` "command" (move on :meth:`request_move`)
-    or "threshold" (move once r1's port ``watch_intf`` received at least
+    """See the module docstring. ``trigger`` "command" (move on :meth:`request_move`,
+    or at the instant given to :meth:`request_move_at`) or "threshold" (move once r1's port ``watch_intf`` received at least
     ``threshold_bps`` for ``consecutive`` intervals of ``interval_s``, emulation units).
     Raises DefinitionError for an unknown trigger or a threshold trigger without a
     positive interval, threshold and count."""
@@ -52,13 +52,14 @@ class FlowMoverProcess(ControlProcess):
         self.config = {"trigger": trigger, "prefix": prefix, "via": via, "watch_intf": watch_intf,
                        "interval_s": interval_s, "threshold_bps": threshold_bps, "consecutive": consecutive,
                        "log_path": str((self.out_dir / "mover.jsonl").resolve()),
-                       "status_path": str((self.out_dir / "mover-status.json").resolve())}
+                       "status_path": str((self.out_dir / "mover-status.json").resolve()),
+                       "at_path": str((self.out_dir / "mover-at.json").resolve())}
         self.health = self._status
 
     def prepare(self) -> None:
         path = self.out_dir / "mover.json"
         path.write_text(json.dumps(self.config, indent=1))
-        for name in ("mover.jsonl", "mover-status.json"):
+        for name in ("mover.jsonl", "mover-status.json", "mover-at.json"):
             (self.out_dir / name).unlink(missing_ok=True)
         # -m from the checkout (cwd): the guest runs the checkout it was started from
         self.argv = [self.python, "-m", "controllers.flowmover", str(path.resolve())]
@@ -79,6 +80,18 @@ class FlowMoverProcess(ControlProcess):
         t = time.monotonic()
         os.kill(self.proc.pid, signal.SIGUSR1)
         return t
+
+    def request_move_at(self, t_monotonic: float) -> None:
+        """Ask the mover to move at CLOCK_MONOTONIC instant ``t_monotonic`` (command
+        trigger; the emulation's clock); it sleeps until then itself. Raises
+        ControlError if it is not running."""
+        if not self.alive() or self.proc is None:
+            raise ControlError(f"{self.what} is not running: {self.log_tail()}")
+        path = Path(self.config["at_path"])
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"at": t_monotonic}))
+        tmp.replace(path)
+        os.kill(self.proc.pid, signal.SIGUSR2)
 
     def events(self) -> list[dict[str, Any]]:
         """Every line of mover.jsonl (samples and the move)."""

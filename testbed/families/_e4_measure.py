@@ -145,8 +145,11 @@ def summarise(family: Any, fp: "FlowPoint", result: "TrafficResult") -> dict[str
         fine_rate = 8 * fine.bytes[:DIP_RTTS] / rtt_b
         cap["dip_depth"] = max(0.0, 1 - float(fine_rate.min()) / cap["rate_before"]) if cap["rate_before"] > 0 \
             else math.nan
-        reach = pcaptcp.series(trace, D.time_to_emulation(rtt_b), move_real, 0.0, end_rel)
-        cap["time_to_95"] = time_to_reach(8 * reach.bytes / rtt_b, 0.95 * limit_after, rtt_b)
+        # in bins of RTT-after: a window-limited flow delivers its window once per RTT, in
+        # trains at the links' rate, so bins of another length alias (RTT-before bins of a
+        # 6 ms train period alternate between one and two trains)
+        reach = pcaptcp.series(trace, D.time_to_emulation(rtt_a), move_real, 0.0, end_rel)
+        cap["time_to_95"] = time_to_reach(8 * reach.bytes / rtt_a, 0.95 * limit_after, rtt_a)
         dup = pcaptcp.dupacks(trace, strict_window=True) - move_real
         dup_any = pcaptcp.dupacks(trace, strict_window=False) - move_real
         late = pcaptcp.late_segments(trace)

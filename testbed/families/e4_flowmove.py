@@ -142,7 +142,7 @@ class E4FlowMove(FlowFamily):
         Metric("reached_after", "1", "rate_after / limit_after"),
         Metric("dip_depth", "1", "1 - the lowest goodput of a one-RTT-before bin within 10 RTTs after the "
                "move / rate_before (0: no dip)"),
-        Metric("time_to_95_s", "s", "from the move to the end of the first of 3 consecutive one-RTT-before "
+        Metric("time_to_95_s", "s", "from the move to the end of the first of 3 consecutive one-RTT-after "
                "bins at >= 95 % of limit_after (NaN: never)"),
         Metric("dupacks", "count", "duplicate ACKs after the move (capture, RFC 5681 incl. the equal-window "
                "condition)"),
@@ -399,16 +399,21 @@ class E4FlowMove(FlowFamily):
                 stack.callback(cap.stop)
             snaps["start"] = lossdetect.snapshot(netns)
 
+            def arm(run: Any) -> None:
+                mover.request_move_at(run.t0 + D.time_to_emulation(before))
+
             def at_move(_run: Any) -> None:
-                mover.request_move()
-                snaps["move"] = lossdetect.snapshot(netns)
+                # the mover moved at its own deadline; the counters are read just after
+                if "move" not in snaps:
+                    snaps["move"] = lossdetect.snapshot(netns)
 
             def watch(_run: Any) -> None:
                 if "move" not in snaps and mover.moves():
                     snaps["move"] = lossdetect.snapshot(netns)
 
             if trigger == "time":
-                fp.timeline.at(before, "move the flow onto the optical path", at_move)
+                fp.timeline.at(0.0, "arm r1's move at the set time", arm)
+                fp.timeline.at(before, "read the counters at the move", at_move)
             else:
                 fp.timeline.poll(watch)
             yield

@@ -159,3 +159,18 @@ def test_mover_moves_when_the_rate_crosses_its_threshold(ledger, tmp_path):
             assert [s["rate_bps"] >= 1e6 for s in before[-3:]] == [True] * 3
             assert not any(s["rate_bps"] >= 1e6 for s in before[:-3][-1:])  # the run started below it
             assert fm.VIA_OPTICAL_PATH in r1_route(emu)
+
+
+def test_mover_moves_at_the_instant_it_was_given(ledger, tmp_path):
+    with Emulation(UnshapedFlowMove(), ledger, "ot" + secrets.token_hex(2)) as emu:
+        with mover(ledger, emu, tmp_path, trigger="command") as m:
+            at = time.monotonic() + 1.0
+            m.request_move_at(at)
+            time.sleep(0.5)
+            assert m.moves() == [] and fm.VIA_IP_PATH in r1_route(emu)  # not before its time
+            deadline = time.monotonic() + 10
+            while not m.moves() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            (move,) = m.moves()
+            assert move["t_request"] == at and 0 <= move["t_before"] - at < 0.05, move
+            assert fm.VIA_OPTICAL_PATH in r1_route(emu)
