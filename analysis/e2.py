@@ -47,7 +47,7 @@ from scipy import special  # noqa: E402
 from analysis import findings  # noqa: E402
 from analysis.e2_findings import (FAST, FAST_WM, MAIN_PL, SLOW, SLOW_BEST_WM, evaluate, pl_text, pls,  # noqa: E402
                                   rows, rto_fraction, same_pl, scale_of, wms)
-from analysis.report import SOURCES  # noqa: E402
+from analysis.report import source_folders  # noqa: E402
 from analysis.stats import mean_ci  # noqa: E402
 
 CLASS_ORDER = (SLOW, FAST)
@@ -99,18 +99,6 @@ def _scale(row: pd.Series) -> float:
         return float(row.get("scale", 1.0))
 
 
-def _source_folders(results: Path) -> dict[str, Path]:
-    """A combined report's source runs by folder name (``analysis.report.combine``'s
-    sources.json; the summary's ``run`` column names them); {} for a run's own folder."""
-    path = results / SOURCES
-    if not path.exists():
-        return {}
-    try:
-        return {Path(src["folder"]).name: Path(src["folder"]) for src in json.loads(path.read_text())}
-    except (ValueError, KeyError, TypeError):
-        return {}
-
-
 def load_point_files(results: Path, summary: pd.DataFrame) -> tuple[dict[str, pd.DataFrame], pd.DataFrame]:
     """Every run's per-point files, concatenated per file name with the run's point,
     path_class, wm, pl, rep, scale and ``run_key`` (its folder, unique per run); and a
@@ -119,7 +107,7 @@ def load_point_files(results: Path, summary: pd.DataFrame) -> tuple[dict[str, pd
     Never raises for a missing file."""
     parts: dict[str, list[pd.DataFrame]] = {name: [] for name in POINT_FILES}
     missing = []
-    sources = _source_folders(results)
+    sources = source_folders(results)
     for _, row in summary.iterrows():
         base = sources.get(str(row.get("run", "")), results)
         folder = base / "points" / str(row["point"])

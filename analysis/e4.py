@@ -53,7 +53,7 @@ import pandas as pd  # noqa: E402
 from analysis import findings  # noqa: E402
 from analysis.e4_findings import (FIRST_SECOND, PAPER_CCA, PAPER_LIMITER, Config, configurations,  # noqa: E402
                                   evaluate, first_second_ratio, label, moved, paper_configurations)
-from analysis.report import SOURCES  # noqa: E402
+from analysis.report import source_folders  # noqa: E402
 from analysis.stats import mean_ci  # noqa: E402
 
 LEVEL = findings.LEVEL
@@ -102,7 +102,7 @@ class PointFiles:
     def folder(self, row: pd.Series) -> Path:
         """The point folder of a summary row."""
         if self._sources is None:
-            self._sources = _source_folders(self.results)
+            self._sources = source_folders(self.results)
         base = self._sources.get(str(row.get("run", "")), self.results)
         return base / "points" / str(row["point"])
 
@@ -141,16 +141,6 @@ class PointFiles:
         """The files recorded missing (one row per point and file)."""
         cols = ["point", "rep", "file", "why", "consequence"]
         return pd.DataFrame(self.missing, columns=cols).drop_duplicates(["point", "file"])
-
-
-def _source_folders(results: Path) -> dict[str, Path]:
-    """A combined report's runs by folder name (``analysis.report.combine`` writes
-    sources.json; the summary's ``run`` column names the folder); {} for a run's own."""
-    try:
-        listed = json.loads((results / SOURCES).read_text())
-        return {Path(entry["folder"]).name: Path(entry["folder"]) for entry in listed}
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
 
 
 def clean_series(series: pd.DataFrame) -> pd.DataFrame:

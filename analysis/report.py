@@ -22,6 +22,16 @@ class CombineError(ValueError):
 SOURCES = "sources.json"
 
 
+def source_folders(results: Path) -> dict[str, Path]:
+    """A combined report's source runs by folder name (:func:`combine` writes
+    sources.json; the summary's ``run`` column names them); {} for a run's own folder
+    or an unreadable list."""
+    try:
+        return {Path(src["folder"]).name: Path(src["folder"]) for src in json.loads((results / SOURCES).read_text())}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
 def combine(runs: list[Path], out: Path) -> Path:
     """One report over several results folders of the same family, in ``out``: their
     summaries concatenated (a ``run`` column names the source folder), a config naming
