@@ -31,7 +31,6 @@ the paper's numbers beside ours; per-point files that are missing; the findings
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable
 from pathlib import Path
