@@ -395,7 +395,7 @@ class E4FlowMove(FlowFamily):
         with contextlib.ExitStack() as stack:
             stack.enter_context(mover)
             if v["capture"]:
-                cap = Capture(fp.emu, RECEIVER_LINK, ctx.dir / "receiver.pcap", snaplen=128)
+                cap = Capture(fp.emu, RECEIVER_LINK, ctx.dir / "receiver.pcap", snaplen=128, packet_buffered=False)
                 stack.callback(cap.stop)
             snaps["start"] = lossdetect.snapshot(netns)
 
