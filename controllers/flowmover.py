@@ -21,11 +21,15 @@ path. Every event is a JSON line in ``log_path`` with CLOCK_MONOTONIC seconds (t
 emulation's clock, shared by all namespaces) and, at the move, CLOCK_REALTIME too
 (tcpdump's timestamps): ``{"event": "sample", "t": .., "rate_bps": ..}`` per interval in
 threshold mode (also after the move: the router's view of the flow's rate), ``{"event": "move", "trigger": .., "t_request": .., "t_before": ..,
-"t_after": .., "realtime_before": .., "realtime_after": .., "rate_bps": ..}`` once.
+"t_after": .., "realtime_before": .., "realtime_after": .., "rate_bps": .., "counters": {netns: {name: value}},
+"t_counters": ..}`` once: ``counters`` are the kernel counters (testbed.cc.lossdetect)
+of the namespaces named in ``counters_netns``, read right after the route replace, before
+any packet can have taken the new path to the receiver and back (E4 splits its counts
+there into before and after the move).
 ``status_path`` holds ``{"ready": true, "moved": false}`` once the loop runs (the
 health check) and is rewritten after the move. Units: emulation seconds and bit/s.
 
-Standard library and pyroute2 only: it starts in the slow guest.
+Standard library, pyroute2 and testbed.cc.lossdetect only: it starts in the slow guest.
 """
 
 from __future__ import annotations
@@ -73,7 +77,11 @@ class Mover:
             raise MoverConfigError(f"no interface {cfg['watch_intf']} in this namespace")
         self.watch_index = found[0]
         self.moved = False
-        self.pending: float | None = None  # t of a SIGUSR1 not acted on yet
+        self.counters_netns = list(cfg.get("counters_netns") or [])
+        if self.counters_netns:
+            from testbed.cc import lossdetect  # imported before the move, not at it
+
+            self.read_counters = lossdetect.read
 
     def rx_bytes(self) -> int:
         """Bytes received on the watched port (the flow's data towards the receiver)."""
@@ -89,9 +97,11 @@ class Mover:
         self.ipr.route("replace", dst=self.cfg["prefix"], gateway=self.cfg["via"])
         t1, rt1 = time.monotonic(), time.clock_gettime(time.CLOCK_REALTIME)
         self.moved = True
+        counters = {ns: self.read_counters(ns) for ns in self.counters_netns}
         self.emit({"event": "move", "trigger": trigger, "t_request": t_request, "t_before": t0, "t_after": t1,
                    "realtime_before": rt0, "realtime_after": rt1, "rate_bps": rate_bps,
-                   "prefix": self.cfg["prefix"], "via": self.cfg["via"]})
+                   "prefix": self.cfg["prefix"], "via": self.cfg["via"], "counters": counters,
+                   "t_counters": time.monotonic()})
         write_status(Path(self.cfg["status_path"]), moved=True)
 
     def emit(self, record: dict[str, Any]) -> None:

@@ -31,7 +31,9 @@ from testbed.traffic.records import read_jsonl
 class FlowMoverProcess(ControlProcess):
     """See the module docstring. ``trigger`` "command" (move on :meth:`request_move`,
     or at the instant given to :meth:`request_move_at`) or "threshold" (move once r1's port ``watch_intf`` received at least
-    ``threshold_bps`` for ``consecutive`` intervals of ``interval_s``, emulation units).
+    ``threshold_bps`` for ``consecutive`` intervals of ``interval_s``, emulation units);
+    ``counters_netns``: namespaces whose kernel counters the mover reads right after the
+    move (in its log record).
     Raises DefinitionError for an unknown trigger or a threshold trigger without a
     positive interval, threshold and count."""
 
@@ -40,7 +42,8 @@ class FlowMoverProcess(ControlProcess):
 
     def __init__(self, ledger: Ledger, netns: str, out_dir: Path, *, prefix: str, via: str, watch_intf: str,
                  trigger: str, interval_s: float | None = None, threshold_bps: float | None = None,
-                 consecutive: int = 1, python: str = sys.executable, ready_timeout_s: float = 60.0) -> None:
+                 consecutive: int = 1, counters_netns: list[str] | None = None, python: str = sys.executable,
+                 ready_timeout_s: float = 60.0) -> None:
         if trigger not in TRIGGERS:
             raise DefinitionError("params.trigger", trigger, " | ".join(TRIGGERS))
         if trigger == "threshold":
@@ -51,6 +54,7 @@ class FlowMoverProcess(ControlProcess):
         self.python = python
         self.config = {"trigger": trigger, "prefix": prefix, "via": via, "watch_intf": watch_intf,
                        "interval_s": interval_s, "threshold_bps": threshold_bps, "consecutive": consecutive,
+                       "counters_netns": list(counters_netns or []),
                        "log_path": str((self.out_dir / "mover.jsonl").resolve()),
                        "status_path": str((self.out_dir / "mover-status.json").resolve()),
                        "at_path": str((self.out_dir / "mover-at.json").resolve())}

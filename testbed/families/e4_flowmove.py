@@ -389,7 +389,7 @@ class E4FlowMove(FlowFamily):
             watch_intf=r1.port_towards(SENDER_IP.split("/")[0]), trigger="command" if trigger == "time" else "threshold",
             interval_s=D.time_to_emulation(rtt_b) if trigger == "threshold" else None,
             threshold_bps=D.rate_to_emulation(v["threshold"].si * v["limit_rate"].si) if trigger == "threshold" else None,
-            consecutive=3)
+            consecutive=3, counters_netns=netns)
         cap = None
         snaps: dict[str, Any] = {}
         with contextlib.ExitStack() as stack:
@@ -402,25 +402,15 @@ class E4FlowMove(FlowFamily):
             def arm(run: Any) -> None:
                 mover.request_move_at(run.t0 + D.time_to_emulation(before))
 
-            def at_move(_run: Any) -> None:
-                # the mover moved at its own deadline; the counters are read just after
-                if "move" not in snaps:
-                    snaps["move"] = lossdetect.snapshot(netns)
-
-            def watch(_run: Any) -> None:
-                if "move" not in snaps and mover.moves():
-                    snaps["move"] = lossdetect.snapshot(netns)
-
             if trigger == "time":
                 fp.timeline.at(0.0, "arm r1's move at the set time", arm)
-                fp.timeline.at(before, "read the counters at the move", at_move)
-            else:
-                fp.timeline.poll(watch)
             yield
             snaps["end"] = lossdetect.snapshot(netns)
-            snaps.setdefault("move", snaps["end"])
+        moves = mover.moves()
+        # the mover read the counters right after its route replace; nothing moved: all "before"
+        snaps["move"] = moves[0]["counters"] if moves else snaps["end"]
         fp.measured.update(
-            moves=mover.moves(), samples=[e for e in mover.events() if e.get("event") == "sample"],
+            moves=moves, samples=[e for e in mover.events() if e.get("event") == "sample"],
             snaps=snaps, tcp_netns={"sender": netns[0], "receiver": netns[1]},
             router_drops=qdisc_drops(fp.emu) - qdisc0,
             capture=str(cap.path) if cap is not None else None,

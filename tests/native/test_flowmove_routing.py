@@ -163,7 +163,8 @@ def test_mover_moves_when_the_rate_crosses_its_threshold(ledger, tmp_path):
 
 def test_mover_moves_at_the_instant_it_was_given(ledger, tmp_path):
     with Emulation(UnshapedFlowMove(), ledger, "ot" + secrets.token_hex(2)) as emu:
-        with mover(ledger, emu, tmp_path, trigger="command") as m:
+        snd = emu[fm.SENDER].netns
+        with mover(ledger, emu, tmp_path, trigger="command", counters_netns=[snd]) as m:
             at = time.monotonic() + 1.0
             m.request_move_at(at)
             time.sleep(0.5)
@@ -174,3 +175,5 @@ def test_mover_moves_at_the_instant_it_was_given(ledger, tmp_path):
             (move,) = m.moves()
             assert move["t_request"] == at and 0 <= move["t_before"] - at < 0.05, move
             assert fm.VIA_OPTICAL_PATH in r1_route(emu)
+            # the sender's kernel counters, read from r1's process right after the replace
+            assert move["t_after"] <= move["t_counters"] and "TcpExtTCPSACKReorder" in move["counters"][snd]
