@@ -128,8 +128,8 @@ class Router(Node):
     sequence of ``(prefix, via)`` static routes ("10.0.2.0/24", "10.0.12.2"). Reverse-path
     filtering is off: a router on an asymmetric path (E4's r3 gets data from r1 directly
     and sends the ACKs back through r2) must accept packets on any port.
-    Raises DefinitionError (naming ``<router>.<option>``) for a port without an address or
-    a malformed address or route."""
+    Raises DefinitionError (naming ``<router>.routes``) for a malformed route; the ports'
+    addresses are checked by :func:`check_router_ports` before anything exists."""
 
     cls_name: ClassVar[str] = "router"
 
