@@ -197,6 +197,27 @@ def replace_route(netns: str | None, prefix: str, via: str) -> None:
     _netlink(netns, f"route {prefix} via {via}", lambda ipr: ipr.route("replace", dst=prefix, gateway=via))
 
 
+def link_address(name: str, netns: str | None) -> str:
+    """The MAC address of ``name``."""
+    def body(ipr) -> str:  # type: ignore[no-untyped-def]
+        idx = _index(ipr, name)
+        if idx is None:
+            raise NsOpsError(f"no interface {name} in {netns or 'the root namespace'}")
+        return str(ipr.link("get", index=idx)[0].get("IFLA_ADDRESS"))
+    return _netlink(netns, f"read the address of {name}", body)
+
+
+#: neighbour state of an entry that never expires nor is probed (include/uapi/linux/neighbour.h)
+NUD_PERMANENT = 0x80
+
+
+def add_neighbour(name: str, netns: str | None, ip: str, mac: str) -> None:
+    """A permanent neighbour entry: ``ip`` is at ``mac`` on ``name`` (replacing any)."""
+    def body(ipr) -> None:  # type: ignore[no-untyped-def]
+        ipr.neigh("replace", dst=ip, lladdr=mac, ifindex=_index(ipr, name), state=NUD_PERMANENT)
+    _netlink(netns, f"neighbour {ip} at {mac} on {name}", body)
+
+
 def link_mtu(name: str, netns: str | None) -> int:
     """MTU of ``name`` in bytes."""
     def body(ipr) -> int:  # type: ignore[no-untyped-def]
