@@ -13,6 +13,9 @@ Checked (issue 15's acceptance):
   most of its busy time, no qdisc dropped a packet, and the rate before the move was
   the limit;
 * the report was written with its findings table.
+
+And with ``trigger = threshold`` (self-management), r1 moves the flow once its own
+counters saw it at 90 % of the limit for three RTTs. About 15 minutes under TCG.
 """
 
 from __future__ import annotations
@@ -59,3 +62,26 @@ def test_a_buffer_limited_cubic_flow_moves_onto_the_optical_path(tmp_path):
     move = json.loads((point / "move.json").read_text())
     assert move["record"]["trigger"] == "command"
     assert (out / "report" / "index.html").exists()
+
+
+def test_self_management_moves_the_flow_once_r1_sees_it_at_its_limit(tmp_path):
+    """trigger = threshold: r1's mover reads its own port counters every RTT-before and
+    moves the flow after three intervals at >= 90 % of the limit; the flow then reaches
+    the new limit as with a set time."""
+    require_root()
+    require_features("netns", "htb", "netem")
+    (tmp_path / "e4-th.toml").write_text(DEFINITION.replace('name = "e4-run"', 'name = "e4-th"')
+                                         .replace("[run]", 'trigger = "threshold"\ncapture = false\n'
+                                                  'trace_cwnd = false\n[run]'))
+    out = tmp_path / "out"
+    run_testbed("run", str(tmp_path / "e4-th.toml"), "--native", "--no-report", "--out", str(out), timeout=3600)
+    (row,) = summary_rows(out)
+    assert float(row["moved"]) == 1, row
+    point = out / "points" / row["point"]
+    move = json.loads((point / "move.json").read_text())["record"]
+    assert move["trigger"] == "threshold" and move["rate_bps"] >= 0.9 * 1e9 / 50  # emulation units, D = 50
+    samples = [json.loads(line) for line in (point / "mover.jsonl").read_text().splitlines()]
+    before = [s for s in samples if s["event"] == "sample" and s["t"] <= move["t_request"]]
+    assert all(s["rate_bps"] >= 0.9 * 1e9 / 50 for s in before[-3:]) and len(before) >= 3
+    # moved within a few RTTs of reaching the limit, well before the latest allowed (1 s)
+    assert float(row["move_requested_s"]) < 0.5, row
