@@ -75,7 +75,7 @@ def summarise(family: Any, fp: "FlowPoint", result: "TrafficResult") -> dict[str
 
     ctx, v, D, m = fp.ctx, fp.values, fp.ctx.tdf, fp.measured
     rtt_b, rtt_a = family.rtts(v)
-    before, after = family.phases(v)
+    before, _ = family.phases(v)
     alpha = family.buffer_bytes(v)
     assert fp.run is not None and fp.run.t0 is not None
     t0 = fp.run.t0  # emulation (monotonic) s; the flow starts at t0 (start_s = 0)
@@ -84,11 +84,11 @@ def summarise(family: Any, fp: "FlowPoint", result: "TrafficResult") -> dict[str
     mono, real = m["clock_pair"]
     offset = (move["realtime_before"] - move["t_before"]) if move else (real - mono)  # realtime - monotonic
     t_move = move["t_before"] if move else t0 + D.time_to_emulation(before)  # monotonic
-    t_end = t0 + D.time_to_emulation(before + after)
+    t_end = t0 + D.time_to_emulation(family.duration(v))
     if move is None:
         requested = math.nan
     elif move["trigger"] == "command":
-        requested = before
+        requested = m["move_at_s"]
     else:
         requested = D.time_to_paper(move["t_request"] - t0)
     move_s = D.time_to_paper(t_move - t0) if move else math.nan
@@ -229,6 +229,7 @@ def summarise(family: Any, fp: "FlowPoint", result: "TrafficResult") -> dict[str
         "move_requested_s": requested,
         "move_s": move_s,
         "move_lateness_s": move_s - requested if move else nan,
+        "move_phase": family.move_phase(v, ctx.point.seed),
         "rate_before_bps": cap.get("rate_before", nan),
         "rate_after_bps": cap.get("rate_after", nan),
         "reached_before": cap.get("rate_before", nan) / limit_before,

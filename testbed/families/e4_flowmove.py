@@ -112,6 +112,10 @@ class E4FlowMove(FlowFamily):
               "then; threshold: the latest the threshold may be crossed); 0 = max(2 s, 25 RTT)",
               lo=0, hi=3600),
         Param("after", Dim.TIME, "0 s", "traffic after the move; 0 = max(2 s, 20 RTT)", lo=0, hi=3600),
+        Param("phase", "choice", "random", "trigger time: where in the flow's RTT cycle the move falls: random "
+              "(before + a uniform share of one RTT-before, drawn from the point's seed) or zero (at before). A "
+              "window-limited flow sends its window in trains at the links' rate, so how much it reorders depends "
+              "on it", choices=("random", "zero")),
         Param("threshold", Dim.RATIO, "90 %", "trigger threshold: move once r1 saw the flow at this share "
               "of limit_rate for 3 intervals of one RTT in a row", lo=0, lo_open=True, hi=10),
         Param("emulated_rate", Dim.RATE, "20 Mbit/s", "limit_rate as the emulation runs it: D = tdf x "
@@ -136,6 +140,8 @@ class E4FlowMove(FlowFamily):
                "(trigger time) or the end of the interval that crossed the threshold"),
         Metric("move_s", "s", "when r1 replaced its route (its log, kernel clock), after the flow's start"),
         Metric("move_lateness_s", "s", "move_s - move_requested_s"),
+        Metric("move_phase", "1", "trigger time: the random share of one RTT-before added to before (0 with "
+               "phase = zero; NaN: threshold trigger)"),
         Metric("rate_before_bps", "bit/s", "receiver-side goodput (capture) over the 10 RTTs before the move"),
         Metric("rate_after_bps", "bit/s", "receiver-side goodput (capture) over the last 10 RTT-before of the run"),
         Metric("reached_before", "1", "rate_before / limit_before (the flow was at its limit when moved)"),
@@ -212,6 +218,25 @@ class E4FlowMove(FlowFamily):
         before = v["before"].si or max(2.0, 25 * rtt)
         after = v["after"].si or max(2.0, 20 * rtt)
         return before, after
+
+    @classmethod
+    def duration(cls, v: dict[str, Any]) -> float:
+        """The flow's duration (paper s): before + one RTT-before (room for the move's
+        phase) + after."""
+        before, after = cls.phases(v)
+        return before + v["rtt"].si + after
+
+    @staticmethod
+    def move_phase(v: dict[str, Any], seed: int) -> float:
+        """The share of one RTT-before added to ``before`` for the trigger time: uniform in
+        [0, 1) from the point's ``seed`` (phase = random), 0 (zero), NaN (threshold)."""
+        if v["trigger"] != "time":
+            return math.nan
+        if v["phase"] == "zero":
+            return 0.0
+        import numpy as np
+
+        return float(np.random.default_rng([seed, 4]).random())
 
     @classmethod
     def point_tdf(cls, values: dict[str, Any], tdf: TimeDilation) -> TimeDilation:
@@ -343,7 +368,7 @@ class E4FlowMove(FlowFamily):
 
         v = fp.values
         before, after = cls.phases(v)
-        sched = long_lived([(SENDER, RECEIVER)], duration_s=before + after,
+        sched = long_lived([(SENDER, RECEIVER)], duration_s=cls.duration(v),
                            window_clamp_bytes=cls.buffer_bytes(v), trace=True)
         rtt_b, rtt_a = cls.rtts(v)
         fp.ctx.write_json("schedule-meta.json", {
@@ -359,8 +384,8 @@ class E4FlowMove(FlowFamily):
     def traffic(cls, fp: FlowPoint) -> TrafficPlan:
         from testbed.traffic import Window
 
-        before, after = cls.phases(fp.values)
-        return TrafficPlan(window=Window(warmup_s=0.0, length_s=before + after), duration_s=before + after,
+        total = cls.duration(fp.values)
+        return TrafficPlan(window=Window(warmup_s=0.0, length_s=total), duration_s=total,
                            granularities_s=(1.0, fp.values["rtt"].si))
 
     @classmethod
@@ -399,8 +424,11 @@ class E4FlowMove(FlowFamily):
                 stack.callback(cap.stop)
             snaps["start"] = lossdetect.snapshot(netns)
 
+            move_at = before + cls.move_phase(v, ctx.point.seed) * rtt_b if trigger == "time" else math.nan
+            fp.measured["move_at_s"] = move_at
+
             def arm(run: Any) -> None:
-                mover.request_move_at(run.t0 + D.time_to_emulation(before))
+                mover.request_move_at(run.t0 + D.time_to_emulation(move_at))
 
             if trigger == "time":
                 fp.timeline.at(0.0, "arm r1's move at the set time", arm)

@@ -136,3 +136,13 @@ def test_time_to_reach_needs_three_bins_in_a_row():
     assert time_to_reach(rates, 1.6, 0.01) == pytest.approx(0.04)
     assert math.isnan(time_to_reach([2.0, 0.5, 1.7, 1.7], 1.6, 0.01))
     assert time_to_reach([1.7] * 3, 1.6, 0.01) == pytest.approx(0.01)
+
+
+def test_the_move_phase_is_drawn_per_repetition_and_the_flow_leaves_room_for_it():
+    v = values()
+    phases = [E4FlowMove.move_phase(v, seed) for seed in range(1000, 1010)]
+    assert all(0 <= p < 1 for p in phases) and len(set(phases)) == 10
+    assert E4FlowMove.move_phase(v, 1003) == phases[3]  # the seed decides
+    assert E4FlowMove.move_phase(values(phase="zero"), 1003) == 0
+    assert math.isnan(E4FlowMove.move_phase(values(trigger="threshold"), 1003))
+    assert E4FlowMove.duration(v) == pytest.approx(2.0 + 0.01 + 2.0)  # before + one RTT + after
