@@ -496,6 +496,33 @@ def dupack_figures(summary: pd.DataFrame, files: PointFiles, out: Path) -> list[
     return figs
 
 
+def phase_figures(summary: pd.DataFrame, out: Path) -> list[Path]:
+    """One figure per group: per run, the duplicate ACKs and late segments the move
+    caused against where in the flow's RTT cycle it fell (``move_phase``, trigger time).
+    A window-limited flow sends its window in trains, so the phase decides how much of a
+    train the optical path overtakes. Nothing when no run has a phase."""
+    figs = []
+    if "move_phase" not in summary.columns:
+        return figs
+    for grp in groups(summary):
+        drawable = [c for c in grp.configs if _num(moved(c.rows), "move_phase").notna().any()]
+        if not drawable:
+            continue
+        fig, axes = _panels(len(drawable))
+        for ax, c in zip(axes, drawable):
+            g = moved(c.rows)
+            phase = _num(g, "move_phase")
+            ax.plot(phase, _num(g, "dupacks"), "o", label="duplicate ACKs (RFC 5681)")
+            ax.plot(phase, _num(g, "ooo_segments"), "x", color="C3", label="late segments")
+            ax.set(xlim=(0, 1), xlabel="phase of the move in the flow's RTT cycle [share of one RTT-before]",
+                   ylabel="count after the move", title=f"RTT {c.value('rtt')} ({len(g)} runs)")
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=7)
+        fig.suptitle(f"Reordering against the move's phase: {grp.label}", fontsize=9)
+        figs.append(_save(fig, out / f"phase_{slug(grp.label)}.png"))
+    return figs
+
+
 # ---- tables --------------------------------------------------------------------------------
 
 def _base(c: Config) -> dict[str, object]:
@@ -659,6 +686,7 @@ def analyse(summary: pd.DataFrame, config: dict, out: Path) -> tuple[list[Path],
     figs += throughput_rtt_figures(s, series, out)
     figs += cwnd_figures(s, files, series, out)
     figs += dupack_figures(s, files, out)
+    figs += phase_figures(s, out)
     tables: list[tuple[str, pd.DataFrame]] = [
         ("The paper's numbers and statements beside this run's (buffer-limited CUBIC; means with 95 % intervals "
          "over the runs that moved)", paper_table(s, files)),

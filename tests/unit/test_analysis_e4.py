@@ -96,7 +96,8 @@ def summary_rows(story: Story, reps: int = REPS) -> list[dict]:
             "time_to_95_s": story.time_to_95(f), "dupacks": story.dupacks + 5 * rep,
             "dupacks_any_window": story.dupacks + 20, "fast_recoveries": 1, "undos": 1, "retrans_segs": 30,
             "ssthresh_min_after": 2 ** 31 - 1, "cwnd_before": alpha / MSS, "cwnd_min_after": 0.7 * alpha / MSS,
-            "rwnd_limited_share": 0.97, "paper_s_per_wall_s": 0.02})
+            "rwnd_limited_share": 0.97, "paper_s_per_wall_s": 0.02, "move_phase": 0.25 * rep,
+            "ooo_segments": 100 + 10 * rep})
         rows.append(row)
     return rows
 
@@ -303,6 +304,7 @@ def test_analyse_writes_figures_and_tables(tmp_path):
     assert len([n for n in names if n.startswith("throughput_rtt_")]) == 3
     assert len([n for n in names if n.startswith("cwnd_")]) == 4
     assert len([n for n in names if n.startswith("dupacks_")]) == 3
+    assert len([n for n in names if n.startswith("phase_")]) == 3  # one per group
     assert (out / "findings.csv").exists() and "F4" in (out / "findings.md").read_text()
     assert not any(t.startswith("Per-point files missing") for t in tables)
     paper = next(v for k, v in tables.items() if k.startswith("The paper's numbers"))
