@@ -250,6 +250,7 @@ def summarise(family: Any, fp: "FlowPoint", result: "TrafficResult") -> dict[str
         "undos": snd_after.spurious_fast + snd_after.spurious_rto,
         "retrans_segs": snd_after.retrans_segs,
         "retrans_segs_before": snd_before.retrans_segs,
+        "spurious_retrans_segs": snd_after.spurious_retrans_segs,
         "rto_events": snd_after.rto,
         "retrans_suppressed": snd_before.rtx_suppressed + snd_after.rtx_suppressed,
         "cwnd_before": pre[-1]["cwnd"] if pre else nan,

@@ -170,6 +170,8 @@ class E4FlowMove(FlowFamily):
         Metric("undos", "count", "recoveries undone as spurious after the move (Full/Partial/DSACK/Loss undo)"),
         Metric("retrans_segs", "count", "segments the sender retransmitted after the move"),
         Metric("retrans_segs_before", "count", "segments the sender retransmitted before the move"),
+        Metric("spurious_retrans_segs", "count", "retransmitted segments after the move that the receiver reported "
+               "as duplicates (DSACK, TCPDSACKRecvSegs): retransmissions of segments that were only late"),
         Metric("rto_events", "count", "RTO expiries after the move"),
         Metric("retrans_suppressed", "count", "retransmissions the sender's kernel skipped because the original "
                "was still queued below TCP (TCPSpuriousRtxHostQueues, whole flow; 0 expected: the routers' IP "
