@@ -294,6 +294,7 @@ class E4FlowMove(FlowFamily):
         super().check(defn)
         for p in defn.points():
             v = p.values
+            cls.point_tdf(v, defn.tdf)  # raises for a D beyond 1e6
             alpha = cls.buffer_bytes(v)
             if alpha < 4 * MSS:
                 raise DefinitionError("params.limit_rate", str(v["limit_rate"]),

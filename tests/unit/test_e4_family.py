@@ -146,3 +146,10 @@ def test_the_move_phase_is_drawn_per_repetition_and_the_flow_leaves_room_for_it(
     assert E4FlowMove.move_phase(values(phase="zero"), 1003) == 0
     assert math.isnan(E4FlowMove.move_phase(values(trigger="threshold"), 1003))
     assert E4FlowMove.duration(v) == pytest.approx(2.0 + 0.01 + 2.0)  # before + one RTT + after
+
+
+def test_a_dilation_beyond_the_bound_is_refused_at_validation(tmp_path):
+    with pytest.raises(DefinitionError) as err:
+        load(tmp_path, {"limit_rate": "100 Gbit/s", "rtt": "1 ms", "emulated_rate": "100 kbit/s"},
+             run="[run]\ntdf = 2\n")  # D = 2 x 1e6
+    assert err.value.key == "params.emulated_rate"
