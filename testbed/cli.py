@@ -65,7 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a parameter (paper units, e.g. rate='50 Mbit/s'); a comma-separated "
                    "value sweeps it")
-    r.add_argument("--tdf", type=float, metavar="D", help="time dilation factor D >= 1")
+    r.add_argument("--tdf", type=float, metavar="D",
+                   help="time dilation factor D >= 1 (a family that sets D per point, e4-flowmove, multiplies "
+                        "its own by this; every point records the D it ran at)")
     r.add_argument("--reps", type=int, metavar="N", help="repetitions per point")
     r.add_argument("--seed", type=int, metavar="S", help="base seed")
     r.add_argument("--out", type=Path, metavar="DIR",
