@@ -5,14 +5,19 @@ Before the move r1 routes the receiver's subnet through r2; the move replaces th
 route by r1 - r3. r3 always routes the sender's subnet back through r2, so ACKs stay
 on the IP path, as in the paper ("the transition affects only one direction").
 
-Delays (one way, emulation seconds): each direction of r1 - r2 and r2 - r3 carries a
-quarter of the RTT before the move, so data and ACKs each spend half of it on the IP
-path; r1 -> r3 carries ``optical_delay_s``, so that the RTT after the move is
-``optical_delay_s`` + half the RTT before. The access links (sender - r1, r3 -
-receiver) have no delay. Every direction of every link is shaped to ``link_rate_bps``
-(the paper's over-provisioned beta = phi1 = phi2 = xi) with a queue of
-``queue_packets``, which must hold every packet in flight on the link (netem's limit
-counts the packets it delays).
+Delays (one way, emulation seconds), placed so that r1 delays nothing: data spends
+RTT-before - RTT-after on r2 -> r3 (what the IP path adds) and RTT-after - RTT-before / 2
+on r3 -> receiver (the leg both paths share), so it takes RTT-before / 2 on the IP path
+and RTT-after - RTT-before / 2 on the optical one; ACKs spend RTT-before / 4 on each of
+r3 -> r2 and r2 -> r1. The RTT is RTT-before before the move and RTT-after after it.
+Every direction of every link is shaped to ``link_rate_bps`` (the paper's
+over-provisioned beta = phi1 = phi2 = xi), HTB with netem below it where there is a
+delay (netem's queue of ``queue_packets`` must hold every packet it delays) and a FIFO
+of ``queue_packets`` where there is none. ``bottleneck`` (rate, FIFO packets) shapes
+r1's two ports towards the receiver instead (E4's link-limited variant): a router's
+FIFO, the same before and after the move; with no delay on r1, it is a plain FIFO
+(packets are orphaned by r1's IP layer, so no TCP Small Queues back-pressure reaches the
+sender from it, as it would from a queue on the sender's own port).
 """
 
 from __future__ import annotations
@@ -43,27 +48,29 @@ class FlowMovePath(Topo):
     """Sender - r1 - r2 - r3 - Receiver plus r1 - r3 (see the module docstring); all
     arguments in emulation units."""
 
-    def build(self, link_rate_bps: float, rtt_before_s: float, optical_delay_s: float,
-              queue_packets: int = 1000, access_limit: tuple[float, int] | None = None,
+    def build(self, link_rate_bps: float, rtt_before_s: float, rtt_after_s: float,
+              queue_packets: int = 1000, bottleneck: tuple[float, int] | None = None,
               mtu: int | None = None) -> None:
-        """``access_limit`` (rate in bit/s, FIFO in packets): the sender's access link
-        towards r1 at that rate and queue instead (E4's link-limited variant: the
-        bottleneck sits before the paths split, so the move does not change it)."""
-        hop = rtt_before_s / 4
+        """All times and rates in emulation units; see the module docstring."""
+        if not 0 < rtt_before_s / 2 < rtt_after_s < rtt_before_s:
+            raise ValueError(f"RTT after {rtt_after_s} s must lie between half the RTT before ({rtt_before_s} s) "
+                             "and it")
 
-        def shape(delay_s: float) -> LinkShape:
+        def shape(delay_s: float = 0.0) -> LinkShape:
             return LinkShape(rate_bps=link_rate_bps, delay_s=delay_s, queue_packets=queue_packets)
 
+        r1_out = shape() if bottleneck is None else LinkShape(rate_bps=bottleneck[0], queue_packets=bottleneck[1])
+        ack_hop = rtt_before_s / 4
         snd = self.addHost(SENDER, ip=SENDER_IP, gateway=_ip(R1_SENDER))
         rcv = self.addHost(RECEIVER, ip=RECEIVER_IP, gateway=_ip(R3_RECEIVER))
         r1 = self.addHost(R1, cls="router", routes=((RECEIVER_NET, VIA_IP_PATH),))
         r2 = self.addHost(R2, cls="router", routes=((RECEIVER_NET, _ip(R3_R2)), (SENDER_NET, _ip(R1_R2))))
         r3 = self.addHost(R3, cls="router", routes=((SENDER_NET, _ip(R2_R3)),))
-        access = shape(0.0) if access_limit is None else \
-            LinkShape(rate_bps=access_limit[0], queue_packets=access_limit[1])
-        self.addLink(snd, r1, shape1=access, shape2=shape(0.0), ip2=R1_SENDER, mtu=mtu)
-        self.addLink(r1, r2, shape=shape(hop), ip1=R1_R2, ip2=R2_R1, mtu=mtu)
-        self.addLink(r2, r3, shape=shape(hop), ip1=R2_R3, ip2=R3_R2, mtu=mtu)
+        self.addLink(snd, r1, shape=shape(), ip2=R1_SENDER, mtu=mtu)
+        self.addLink(r1, r2, shape1=r1_out, shape2=shape(ack_hop), ip1=R1_R2, ip2=R2_R1, mtu=mtu)
+        self.addLink(r2, r3, shape1=shape(rtt_before_s - rtt_after_s), shape2=shape(ack_hop), ip1=R2_R3, ip2=R3_R2,
+                     mtu=mtu)
         # data only goes r1 -> r3; the r3 -> r1 direction carries nothing
-        self.addLink(r1, r3, shape1=shape(optical_delay_s), shape2=shape(0.0), ip1=R1_R3, ip2=R3_R1, mtu=mtu)
-        self.addLink(r3, rcv, shape=shape(0.0), ip1=R3_RECEIVER, mtu=mtu)
+        self.addLink(r1, r3, shape1=r1_out, shape2=shape(), ip1=R1_R3, ip2=R3_R1, mtu=mtu)
+        self.addLink(r3, rcv, shape1=shape(rtt_after_s - rtt_before_s / 2), shape2=shape(), ip1=R3_RECEIVER,
+                     mtu=mtu)

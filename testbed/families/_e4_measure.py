@@ -104,8 +104,9 @@ def summarise(family: Any, fp: "FlowPoint", result: "TrafficResult") -> dict[str
                 "the flow's start"})
 
     # -- the capture ---------------------------------------------------------------------
-    limit_before = 8 * alpha / rtt_b if v["limiter"] == "buffer" else v["limit_rate"].si
-    limit_after = 8 * alpha / rtt_a if v["limiter"] == "buffer" else v["limit_rate"].si
+    link_goodput = v["limit_rate"].si * family.payload_share()
+    limit_before = 8 * alpha / rtt_b if v["limiter"] == "buffer" else link_goodput
+    limit_after = 8 * alpha / rtt_a if v["limiter"] == "buffer" else link_goodput
     cap: dict[str, Any] = {}
     series_rows: list[dict[str, Any]] = []
     if m.get("capture"):

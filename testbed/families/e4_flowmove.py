@@ -17,9 +17,11 @@ the over-provisioned ``link_rate`` (Table 2: 622.08 Mbit/s, 2.488 Gbit/s, 39.813
 Gbit/s), so the flow is held at alpha / RTT: limit_rate before the move, limit_rate / 0.6
 after it. The sender's buffer autotunes up to 4 alpha so that it never binds (Linux's
 send buffer also counts each packet's overhead: SO_SNDBUF = alpha would hold about half
-of alpha). With ``limiter = "link"`` (the paper's future work) the sender's access link
-runs at limit_rate with a FIFO of ``queue`` packets and the window is large (4 x
-limit_rate x rtt), so the link, not the buffer, limits the flow.
+of alpha). With ``limiter = "link"`` (the paper's future work) r1's two ports towards
+the receiver (IP and optical path) run at limit_rate with a FIFO of ``queue`` packets and
+the window is large (4 x limit_rate x rtt), so that link, the same before and after the
+move, not the buffer, limits the flow; its limit is limit_rate x MSS / frame (1448 /
+1514 of payload on the wire).
 
 **Time dilation.** Each point runs at D = tdf x limit_rate / ``emulated_rate`` (at least
 1): the emulation always moves the flow at about ``emulated_rate`` (the packet rate the
@@ -74,8 +76,10 @@ MAX_TCP_WINDOW = 65535 << 14
 #: the largest buffer E4 emulates: every byte in flight is held by netem, the sender and
 #: the receiver at once (guest memory; docs/e4.md)
 MAX_BUFFER_BYTES = 160_000_000
-#: full-size IP packet (MTU 1500) and TCP payload with timestamps (1500 - 20 - 32)
+#: full-size IP packet (MTU 1500), TCP payload with timestamps (1500 - 20 - 32), and the
+#: Ethernet frame the links' rate counts
 IP_PACKET, MSS = 1500, 1448
+FRAME = IP_PACKET + 14
 CCAS = ("cubic", "reno", "bbr")
 
 
@@ -103,8 +107,8 @@ class E4FlowMove(FlowFamily):
         Param("link_rate", Dim.RATE, "0 bit/s", "every link's rate; 0 = the paper's Table 2 for limit_rate "
               "(622.08 Mbit/s, 2.488 Gbit/s, 39.813 Gbit/s; else 2.488 x limit_rate)", lo=0, hi=400e9),
         Param("limiter", "choice", "buffer", "what limits the flow: the buffers (the paper) or the sender's "
-              "access link at limit_rate (the paper's future work)", choices=("buffer", "link")),
-        Param("queue", "int", 0, "limiter = link: FIFO of the access link in packets; 0 = one RTT-before "
+              "r1's ports towards the receiver at limit_rate (the paper's future work)", choices=("buffer", "link")),
+        Param("queue", "int", 0, "limiter = link: FIFO of r1's bottleneck ports in packets; 0 = one RTT-before "
               "at limit_rate", lo=0, hi=1_000_000),
         Param("trigger", "choice", "time", "what moves the flow: r1 at a set time (the paper) or r1's "
               "rate threshold (self-management)", choices=("time", "threshold")),
@@ -128,13 +132,14 @@ class E4FlowMove(FlowFamily):
     metrics = (
         Metric("tdf", "1", "time dilation D of the point (tdf x limit_rate / emulated_rate)"),
         Metric("buffer_bytes", "B", "the buffer alpha = limit_rate x rtt (the receiver's window clamp)"),
-        Metric("link_rate_bps", "bit/s", "every link's rate (limiter = link: the access link's is limit_rate)"),
+        Metric("link_rate_bps", "bit/s", "every link's rate (limiter = link: r1's ports towards the receiver run "
+               "at limit_rate)"),
         Metric("rtt_before_s", "s", "nominal RTT before the move"),
         Metric("rtt_after_s", "s", "nominal RTT after the move"),
         Metric("limit_before_bps", "bit/s", "the limit before the move: alpha x 8 / RTT before "
-               "(limiter = link: limit_rate)"),
+               "(limiter = link: limit_rate x 1448 / 1514, the payload share of a full frame)"),
         Metric("limit_after_bps", "bit/s", "the paper's new theoretical rate alpha x 8 / RTT after "
-               "(limiter = link: limit_rate)"),
+               "(limiter = link: as before the move)"),
         Metric("moved", "count", "1 if r1 moved the flow, else 0 (threshold never crossed)"),
         Metric("move_requested_s", "s", "when the move was asked for, after the flow's start: the set time "
                "(trigger time) or the end of the interval that crossed the threshold"),
@@ -209,8 +214,13 @@ class E4FlowMove(FlowFamily):
         return alpha if v["limiter"] == "buffer" else 4 * alpha
 
     @staticmethod
+    def payload_share() -> float:
+        """TCP payload per byte of a full frame on a link (1448 / 1514)."""
+        return MSS / FRAME
+
+    @staticmethod
     def link_rate(v: dict[str, Any]) -> float:
-        """Every link's rate, paper bit/s (limiter = link: all but the sender's access link)."""
+        """Every link's rate, paper bit/s (limiter = link: all but r1's ports towards the receiver)."""
         return link_rate_for(v["limit_rate"].si, v["link_rate"].si)
 
     @staticmethod
@@ -262,13 +272,13 @@ class E4FlowMove(FlowFamily):
         v = values
         rtt_b, rtt_a = cls.rtts(v)
         link = link_rate_for(v["limit_rate"].si, v["link_rate"].si)
-        access = None
+        bottleneck = None
         if v["limiter"] == "link":
             q = v["queue"] or max(1, round(v["limit_rate"].si * rtt_b / 8 / IP_PACKET))
-            access = (tdf.rate_to_emulation(v["limit_rate"].si), q)
+            bottleneck = (tdf.rate_to_emulation(v["limit_rate"].si), q)
         return FlowMovePath(link_rate_bps=tdf.rate_to_emulation(link), rtt_before_s=tdf.time_to_emulation(rtt_b),
-                            optical_delay_s=tdf.time_to_emulation(rtt_a - rtt_b / 2),
-                            queue_packets=cls.queue_packets(v), access_limit=access)
+                            rtt_after_s=tdf.time_to_emulation(rtt_a), queue_packets=cls.queue_packets(v),
+                            bottleneck=bottleneck)
 
     @classmethod
     def infeasible(cls, values: dict[str, Any], tdf: TimeDilation) -> str | None:

@@ -78,13 +78,20 @@ def test_the_topology_gives_the_paper_rtts_before_and_after(rtt):
     assert {Feature.NETNS, Feature.HTB, Feature.NETEM} <= topology_features(topo)
 
 
-def test_the_link_limited_variant_puts_a_fifo_at_limit_rate_on_the_senders_access_link():
+def test_the_link_limited_variant_puts_a_fifo_at_limit_rate_on_both_of_r1s_ports_towards_the_receiver():
     v = values(limiter="link", queue=100)
     topo = E4FlowMove.topology(v, TimeDilation(50))
-    info = next(i for a, b, i in topo.links(sort=True, withKeys=False, withInfo=True) if (a, b) == (fm.SENDER, fm.R1))
-    assert info["shape1"].rate_bps == pytest.approx(1e9 / 50) and info["shape1"].queue_packets == 100
-    assert info["shape1"].delay_s == 0
+    links = {(a, b): i for a, b, i in topo.links(sort=True, withKeys=False, withInfo=True)}
+    for peer in (fm.R2, fm.R3):  # the IP and the optical path: the same bottleneck before and after the move
+        out = links[(fm.R1, peer)]["shape1"]
+        assert out.rate_bps == pytest.approx(1e9 / 50) and out.queue_packets == 100
+        assert out.delay_s == 0 and not out.needs_netem  # a plain FIFO at a router
+    assert links[(fm.SENDER, fm.R1)]["shape"].rate_bps == pytest.approx(2.488e9 / 50)
     assert E4FlowMove.buffer_bytes(v) == 4 * 1_250_000  # the window never binds
+    # the buffer-limited network keeps r1's ports at the over-provisioned rate, without delay
+    r1_out = {(a, b): i for a, b, i in E4FlowMove.topology(values(), TimeDilation(50)).links(
+        sort=True, withKeys=False, withInfo=True)}[(fm.R1, fm.R3)]["shape1"]
+    assert r1_out.rate_bps == pytest.approx(2.488e9 / 50) and r1_out.delay_s == 0
 
 
 def test_time_dilation_per_point_follows_the_limit_rate(tmp_path):
