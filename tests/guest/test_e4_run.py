@@ -81,6 +81,7 @@ def test_self_management_moves_the_flow_once_r1_sees_it_at_its_limit(tmp_path):
     require_root()
     require_features("netns", "htb", "netem")
     (tmp_path / "e4-th.toml").write_text(DEFINITION.replace('name = "e4-run"', 'name = "e4-th"')
+                                         .replace('[sweep]\ncca = ["cubic", "bbr"]\n', "")
                                          .replace("[run]", 'trigger = "threshold"\ncapture = false\n'
                                                   'trace_cwnd = false\n[run]'))
     out = tmp_path / "out"
