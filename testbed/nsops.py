@@ -197,14 +197,20 @@ def replace_route(netns: str | None, prefix: str, via: str) -> None:
     _netlink(netns, f"route {prefix} via {via}", lambda ipr: ipr.route("replace", dst=prefix, gateway=via))
 
 
-def link_address(name: str, netns: str | None) -> str:
-    """The MAC address of ``name``."""
-    def body(ipr) -> str:  # type: ignore[no-untyped-def]
+def _link_attr(name: str, netns: str | None, attr: str, what: str) -> object:
+    """Netlink attribute ``attr`` (e.g. IFLA_MTU) of interface ``name``; NsOpsError
+    naming ``what`` when there is no such interface."""
+    def body(ipr) -> object:  # type: ignore[no-untyped-def]
         idx = _index(ipr, name)
         if idx is None:
             raise NsOpsError(f"no interface {name} in {netns or 'the root namespace'}")
-        return str(ipr.link("get", index=idx)[0].get("IFLA_ADDRESS"))
-    return _netlink(netns, f"read the address of {name}", body)
+        return ipr.link("get", index=idx)[0].get(attr)
+    return _netlink(netns, f"read the {what} of {name}", body)
+
+
+def link_address(name: str, netns: str | None) -> str:
+    """The MAC address of ``name``."""
+    return str(_link_attr(name, netns, "IFLA_ADDRESS", "address"))
 
 
 #: neighbour state of an entry that never expires nor is probed (include/uapi/linux/neighbour.h)
@@ -220,12 +226,7 @@ def add_neighbour(name: str, netns: str | None, ip: str, mac: str) -> None:
 
 def link_mtu(name: str, netns: str | None) -> int:
     """MTU of ``name`` in bytes."""
-    def body(ipr) -> int:  # type: ignore[no-untyped-def]
-        idx = _index(ipr, name)
-        if idx is None:
-            raise NsOpsError(f"no interface {name} in {netns or 'the root namespace'}")
-        return int(ipr.link("get", index=idx)[0].get("IFLA_MTU"))
-    return _netlink(netns, f"read the MTU of {name}", body)
+    return int(_link_attr(name, netns, "IFLA_MTU", "MTU"))  # type: ignore[call-overload]
 
 
 def flush_neighbours(netns: str | None) -> int:
