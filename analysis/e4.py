@@ -54,6 +54,7 @@ from analysis import findings  # noqa: E402
 from analysis.e4_findings import (FIRST_SECOND, PAPER_CCA, PAPER_LIMITER, Config, configurations,  # noqa: E402
                                   evaluate, first_second_ratio, label, moved, paper_configurations)
 from analysis.report import source_folders  # noqa: E402
+from testbed.families._e4_measure import MAX_TCP_WINDOW  # noqa: E402
 from analysis.stats import mean_ci  # noqa: E402
 
 LEVEL = findings.LEVEL
@@ -74,10 +75,6 @@ PAPER_FIG_1S = {1e9: "Fig. 2(a)", 100e6: "Fig. 3(a)", 10e9: "Fig. 3(b)"}
 PAPER_FIG_RTT = {1e9: "Fig. 2(b)"}
 #: the paper's duplicate ACK count and where (limit bit/s, RTT s)
 PAPER_DUPACKS, PAPER_DUPACKS_AT = 1372, (1e9, 0.010)
-#: TCP's largest window, 65535 x 2^14 bytes (RFC 7323, section 2.3), for the note on
-#: the case the paper omits (the family skips it: testbed.families.e4_flowmove, whose
-#: MAX_TCP_WINDOW this analysis cannot import: the family imports the analysis)
-TCP_MAX_WINDOW = 65535 << 14
 #: the case the paper omits (Fig. 3(b)): limit bit/s, RTT s
 OMITTED = (10e9, 1.0)
 
@@ -665,7 +662,7 @@ def omitted_note(summary: pd.DataFrame) -> str:
         return ""
     alpha = bps * rtt / 8
     return (f"not run: alpha = 10 Gbit/s x 1 s = {alpha / 1e9:g} GB, above TCP's largest window "
-            f"65535 x 2^14 = {TCP_MAX_WINDOW} B (RFC 7323, section 2.3: the window cannot be that large, so no "
+            f"65535 x 2^14 = {MAX_TCP_WINDOW} B (RFC 7323, section 2.3: the window cannot be that large, so no "
             "TCP reaches 10 Gb/s at that RTT) and above what the guest holds three times over (netem, sender, "
             "receiver); the testbed skips the point and its status.json says why (docs/e4.md). The paper's flow did not "
             "reach 10 Gb/s either.")

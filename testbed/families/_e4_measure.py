@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+#: the largest window TCP can carry: 65535 x 2^14 bytes (RFC 7323, section 2.3); here so
+#: that the family and its analysis share it (the family imports the analysis)
+MAX_TCP_WINDOW = 65535 << 14
 #: windows, in RTTs before the move: the steady rates before the move and at the end of
 #: the run, and the dip right after the move (in one-RTT bins)
 STEADY_RTTS, DIP_RTTS = 10, 10

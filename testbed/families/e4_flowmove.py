@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 from testbed.dilation import TimeDilation
 from testbed.errors import DefinitionError
 from testbed.experiment import Definition, Param
-from testbed.families._e4_measure import DIP_RTTS, STEADY_RTTS
+from testbed.families._e4_measure import DIP_RTTS, MAX_TCP_WINDOW, STEADY_RTTS
 from testbed.family import Analysis
 from testbed.flow_family import FlowFamily, FlowPoint, TrafficPlan
 from testbed.metrics import Metric
@@ -71,8 +71,6 @@ log = logging.getLogger(__name__)
 TABLE2_LINK_RATE = {100e6: 622.08e6, 1e9: 2.488e9, 10e9: 39.813e9}
 #: link speed / limiting rate for a limiting rate not in Table 2 (its 1 Gbit/s row)
 DEFAULT_OVERPROVISION = 2.488
-#: the largest window TCP can carry: 65535 x 2^14 bytes (RFC 7323, section 2.3)
-MAX_TCP_WINDOW = 65535 << 14
 #: the largest buffer E4 emulates: every byte in flight is held by netem, the sender and
 #: the receiver at once (guest memory; docs/e4.md)
 MAX_BUFFER_BYTES = 160_000_000
