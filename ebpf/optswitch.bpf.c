@@ -187,6 +187,45 @@ static __always_inline __u64 max64(__u64 a, __u64 b)
 	return a > b ? a : b;
 }
 
+/* What waits in a node's buffer at an instant (waiting()): frames and their bytes. */
+struct optsw_waiting {
+	__u64 bytes;        /* frame bytes waiting in the node */
+	__u64 packets;      /* frames waiting in the node */
+	__u64 port_bytes;   /* of which for the output asked about */
+	__u64 port_packets;
+};
+
+/*
+ * What waits in the node's buffer at a, into *w: every buffered packet that has arrived
+ * and whose head has not left (dep > a), over all outputs and for output port. A packet
+ * being sent no longer counts (how an ns-2 queue counts; the optical RAM architectures
+ * admit against it, docs/e5.md). Called under the node lock. Exact while at most
+ * OPTSW_OCC_SLOTS buffered packets wait in the node; beyond, occupy() has merged slots
+ * and the sums are an upper bound (counted in occ_overflow).
+ */
+static __always_inline void waiting(struct optsw_node_state *st, __u32 port, __u64 a,
+				    struct optsw_waiting *w)
+{
+	__u64 bytes = 0, packets = 0, port_bytes = 0, port_packets = 0;
+
+	for (__u32 i = 0; i < OPTSW_OCC_SLOTS; i++) {
+		struct optsw_occ_slot *s = &st->occ[i];
+
+		if (s->dep_ns > a) {
+			bytes += s->bytes;
+			packets += s->packets;
+			if (s->port == port) {
+				port_bytes += s->bytes;
+				port_packets += s->packets;
+			}
+		}
+	}
+	w->bytes = bytes;
+	w->packets = packets;
+	w->port_bytes = port_bytes;
+	w->port_packets = port_packets;
+}
+
 /*
  * Occupancy bookkeeping of a buffered packet (called under the node lock): the buffer
  * holds it from its arrival a until its departure dep. Slots are used round-robin (a
@@ -198,26 +237,24 @@ static __always_inline __u64 max64(__u64 a, __u64 b)
 static __always_inline void occupy(struct optsw_node_state *st, __u32 port, __u64 a,
 				   __u64 dep, __u32 len)
 {
-	__u64 total = len, mine = len;
 	__u32 next = st->occ_next & (OPTSW_OCC_SLOTS - 1);
 	struct optsw_occ_slot *n = &st->occ[next];
+	struct optsw_waiting w;
+	__u64 total, mine;
 
-	for (__u32 i = 0; i < OPTSW_OCC_SLOTS; i++) {
-		struct optsw_occ_slot *s = &st->occ[i];
-
-		if (s->dep_ns > a) {
-			total += s->bytes;
-			if (s->port == port)
-				mine += s->bytes;
-		}
-	}
+	waiting(st, port, a, &w);
+	total = w.bytes + len;
+	mine = w.port_bytes + len;
 	if (n->dep_ns > a) {
 		n->bytes += len;
+		if (n->packets < 0xffff)
+			n->packets++; /* (a merged slot of 65535 frames undercounts: never reached) */
 		n->dep_ns = max64(n->dep_ns, dep);
 		st->occ_overflow++;
 	} else {
 		n->dep_ns = dep;
 		n->bytes = len;
+		n->packets = 1;
 		n->port = port;
 	}
 	st->occ_next = next + 1;
@@ -257,6 +294,40 @@ struct optsw_pkt {
 	__u32 len;      /* wire length in bytes */
 	__u32 pad;
 };
+
+/* Bytes of an Ethernet header: the optical RAM architectures count IP datagram bytes
+ * (the paper's packet size), a frame's length less this. */
+#define OPTSW_ETH_HLEN 14
+
+/*
+ * The decision of the optical RAM architectures (ob, sb, wcsb: ebpf/arch/<name>.h;
+ * Alparslan, Arakawa, Murata, II-B): cut-through on a free output; else the packet waits
+ * in its output's FIFO, leaving when the output is free (virtual cut-through, the paper's
+ * "cut-through packet switching and buffering"), if the IP bytes waiting (waiting(): for
+ * its output if per_port, else in the whole node) plus its own are at most bound; else
+ * dropped. IP bytes = frame bytes less OPTSW_ETH_HLEN per frame.
+ */
+static __always_inline __u32 optical_ram_decide(struct optsw_node_state *st,
+						const struct optsw_pkt *pkt,
+						struct optsw_port_state *ps, __u64 a, __u64 *dep,
+						__u64 bound, int per_port)
+{
+	struct optsw_waiting w;
+	__u64 ip_len, held;
+
+	if (output_free(ps, a, dep))
+		return OPTSW_CUT;
+	waiting(st, pkt->out_port, a, &w);
+	if (per_port)
+		held = w.port_bytes - w.port_packets * OPTSW_ETH_HLEN;
+	else
+		held = w.bytes - w.packets * OPTSW_ETH_HLEN;
+	ip_len = pkt->len > OPTSW_ETH_HLEN ? pkt->len - OPTSW_ETH_HLEN : 0;
+	if (held + ip_len > bound)
+		return OPTSW_DROP;
+	*dep = ps->out_free_ns;
+	return OPTSW_BUFFER;
+}
 
 /* A burst control packet read by the ingress program (host byte order). */
 struct optsw_ctrl {

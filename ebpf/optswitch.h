@@ -130,12 +130,12 @@ struct optsw_port_state {
 	__u64 held;          /* packets handed to the port's holding qdisc (OPTSW_HOLD) */
 };
 
-/* One buffered packet for the occupancy maximum: occupies the buffer until dep_ns. */
+/* One buffered packet (occupancy maximum, waiting()): occupies the buffer until dep_ns. */
 struct optsw_occ_slot {
 	__u64 dep_ns;
 	__u32 bytes;
 	__u16 port;
-	__u16 pad;
+	__u16 packets;  /* frames in the slot (more than one once merged) */
 };
 
 /*

@@ -362,8 +362,34 @@ OBS_CORE = Architecture(
             ArchParam("seed", "seed of the burst loss draw", 0, 2**64 - 1, ctype="u64")),
     roles=("core",))
 
+# ---- E5: very small optical RAM (Alparslan, Arakawa, Murata, "Comparison of Packet Switch
+# Architectures and Pacing Algorithms for Very Small Optical RAM", II-B; docs/e5.md) ----
+
+#: the largest optical RAM per link accepted (bytes): far above the paper's 1 MB
+MAX_RAM_BYTES = 1_000_000_000
+
+
+def _ram_param(doc: str) -> tuple[ArchParam, ...]:
+    return (ArchParam("buffer_bytes", doc, 0, MAX_RAM_BYTES, ctype="u64"),)
+
+
+OB = Architecture(
+    "ob", 6, "ob", "output buffering, optical RAM: cut-through on a free output, else wait in the output's FIFO if "
+    "its waiting IP bytes plus the packet fit in B, else dropped",
+    reference=model.OutputRamModel,
+    params=_ram_param("B, optical RAM per output, IP datagram bytes"), roles=("core",))
+SB = Architecture(
+    "sb", 7, "sb", "shared buffering, optical RAM: as ob, the node's waiting IP bytes against one memory of "
+    "ports x B",
+    reference=model.SharedRamModel,
+    params=_ram_param("B, optical RAM per link (the node has ports x B), IP datagram bytes"), roles=("core",))
+WCSB = Architecture(
+    "wcsb", 8, "wcsb", "worst-case shared buffering, optical RAM: as sb with one memory of B for the whole node",
+    reference=model.WorstCaseSharedRamModel,
+    params=_ram_param("B, optical RAM of the whole node, IP datagram bytes"), roles=("core",))
+
 #: every architecture; the BPF dispatch is generated from this list (archgen.py)
-REGISTRY = Registry([NIC, ELECTRONIC, ALL_OPTICAL, HYBRID, OBS_EDGE, OBS_CORE])
+REGISTRY = Registry([NIC, ELECTRONIC, ALL_OPTICAL, HYBRID, OBS_EDGE, OBS_CORE, OB, SB, WCSB])
 
 
 def parse(spec: str, ports: int | None = None, *, role: str | None = DEFAULT_SWITCH_ROLE,

@@ -27,6 +27,12 @@ Architectures (Minakhmetov, Ware, Iannone, sections II and IV):
   dropped; every packet is one OEO conversion.
 * ``nic``: a host NIC serialising at the link rate (FIFO).
 
+E5's optical RAM architectures (Alparslan, Arakawa, Murata, II-B; docs/e5.md): ``ob``,
+``sb``, ``wcsb``: output free -> cut-through; else the packet waits in its output's FIFO
+(leaving when the output is free) if the IP bytes waiting (its output's for ``ob``, the
+node's for ``sb`` and ``wcsb``) plus its own fit in B (``ob``, ``wcsb``) or ports x B
+(``sb``); else dropped. ``testbed/optical/ramsim.py`` is their independent reference.
+
 Departures are committed when a packet arrives (the kernel must stamp the packet
 then): a buffered packet reserves the output from its departure for tau, and a later
 arrival finds the output busy until the end of the reservation. docs/optical-switch.md
@@ -85,8 +91,8 @@ class PortModel:
         self.state = [PortCounters() for _ in self.ports]
         self.max_occ_bytes = 0
         self.occ_overflow = 0
-        # Occupancy slots (dep_ns, bytes, port), used round-robin like the BPF code.
-        self._occ = [[0, 0, 0] for _ in range(OCC_SLOTS)]
+        # Occupancy slots [dep_ns, bytes, port, packets], used round-robin like the BPF code.
+        self._occ = [[0, 0, 0, 0] for _ in range(OCC_SLOTS)]
         self._occ_next = 0
 
     def decide(self, a: int, tau: int, port: int) -> tuple[int, int | None]:
@@ -121,16 +127,26 @@ class PortModel:
             self._occupy(port, a, dep, length)
         return Decision(kind, dep, tau)
 
+    def waiting(self, a: int, port: int) -> tuple[int, int, int, int]:
+        """What waits in the node's buffer at ``a`` (buffered packets whose head has not
+        left, dep > a): (frame bytes, frames) of the node, then of output ``port``. Exact
+        while at most OCC_SLOTS packets wait; beyond, an upper bound (merged slots)."""
+        live = [s for s in self._occ if s[0] > a]
+        mine = [s for s in live if s[2] == port]
+        return (sum(s[1] for s in live), sum(s[3] for s in live), sum(s[1] for s in mine),
+                sum(s[3] for s in mine))
+
     def _occupy(self, port: int, a: int, dep: int, length: int) -> None:
-        total = length + sum(s[1] for s in self._occ if s[0] > a)
-        mine = length + sum(s[1] for s in self._occ if s[0] > a and s[2] == port)
+        node_bytes, _, port_bytes, _ = self.waiting(a, port)
+        total, mine = node_bytes + length, port_bytes + length
         slot = self._occ[self._occ_next % OCC_SLOTS]
         if slot[0] > a:
             slot[1] += length
+            slot[3] = min(slot[3] + 1, 0xFFFF)
             slot[0] = max(slot[0], dep)
             self.occ_overflow += 1
         else:
-            slot[:] = [dep, length, port]
+            slot[:] = [dep, length, port, 1]
         self._occ_next += 1
         self.max_occ_bytes = max(self.max_occ_bytes, total)
         self.state[port].max_occ_bytes = max(self.state[port].max_occ_bytes, mine)
@@ -203,6 +219,68 @@ class HybridModel(PortModel):
             self.bout_overflow += 1
         cal.insert(pos, (start, end))
         self.bout[bo] = cal
+
+
+#: bytes of an Ethernet header: the optical RAM models count IP datagram bytes (a
+#: frame's length less this per frame), the paper's packet size
+ETH_HLEN = 14
+
+
+class OpticalRamModel(PortModel):
+    """The optical RAM architectures (Alparslan, Arakawa, Murata, II-B), as
+    ``optical_ram_decide`` of ``ebpf/optswitch.bpf.c``: cut-through on a free output;
+    else the packet waits in its output's FIFO and leaves when the output is free if the
+    IP bytes waiting (:meth:`PortModel.waiting`: its output's if ``per_port``, else the
+    node's) plus its own are at most :meth:`bound`; else it is dropped. Needs the packet's
+    length, so it decides in :meth:`offer`.
+
+    Raises ValueError for a negative ``buffer_bytes``.
+    """
+
+    per_port = True
+
+    def __init__(self, ports: list[PortConfig], buffer_bytes: int) -> None:
+        if buffer_bytes < 0:
+            raise ValueError(f"buffer_bytes {buffer_bytes} < 0")
+        super().__init__(ports)
+        self.buffer_bytes = buffer_bytes
+        self._length = 0
+
+    def bound(self) -> int:
+        """The IP bytes that may wait (per output or in the node)."""
+        return self.buffer_bytes
+
+    def offer(self, arrival_ns: int, length: int, port: int) -> Decision:
+        self._length = length
+        return super().offer(arrival_ns, length, port)
+
+    def decide(self, a: int, tau: int, port: int) -> tuple[int, int | None]:
+        if self.output_free(a, port):
+            return CUT, a
+        node_bytes, node_packets, port_bytes, port_packets = self.waiting(a, port)
+        held = port_bytes - ETH_HLEN * port_packets if self.per_port else node_bytes - ETH_HLEN * node_packets
+        if held + max(self._length - ETH_HLEN, 0) > self.bound():
+            return DROP, None
+        return BUFFER, self.state[port].out_free_ns
+
+
+class OutputRamModel(OpticalRamModel):
+    """``ob``: B IP bytes per output."""
+
+
+class SharedRamModel(OpticalRamModel):
+    """``sb``: one memory of (ports x B) IP bytes for the node."""
+
+    per_port = False
+
+    def bound(self) -> int:
+        return self.buffer_bytes * len(self.ports)
+
+
+class WorstCaseSharedRamModel(OpticalRamModel):
+    """``wcsb``: one memory of B IP bytes for the node."""
+
+    per_port = False
 
 
 def _gap(cal: list[tuple[int, int]], t: int, tau: int) -> int:

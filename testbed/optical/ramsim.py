@@ -8,7 +8,8 @@ the rest of ``testbed.optical``.
 
 Units: every time is an integer number of nanoseconds; lengths and buffer sizes are
 bytes; a packet of ``length`` bytes lasts ``tau = length * ps_per_byte // 1000`` ns
-(``ps_per_byte = 8000`` at the paper's 1 Gb/s, so tau(1500 B) = 12000 ns). Every port of
+(``ps_per_byte = 8000`` at the paper's 1 Gb/s, so tau(1500 B) = 12000 ns), or of its
+``wire_bytes`` if given (the buffers count ``length`` either way). Every port of
 the node has the same line rate: "The internal speedup is 1 in all switches, which means
 the line rates are equal in both inside and outside the switch" (II-B).
 
@@ -126,14 +127,22 @@ OCCUPANCIES = ("waiting", "backlog")
 class Packet:
     """One packet offered to the node.
 
-    arrival_ns: instant its head reaches the input (ns); length: bytes; in_port /
-    out_port: port indices in [0, n_ports).
+    arrival_ns: instant its head reaches the input (ns); length: bytes, what the buffers
+    count; in_port / out_port: port indices in [0, n_ports); wire_bytes: the bytes whose
+    transmission the packet lasts if not ``length`` (e.g. an Ethernet frame carrying a
+    ``length``-byte IP packet: the paper counts packets without link headers, an emulated
+    link sends frames), None for ``length``.
     """
 
     arrival_ns: int
     length: int
     in_port: int
     out_port: int
+    wire_bytes: int | None = None
+
+    def duration_ns(self, ps_per_byte: int) -> int:
+        """How long the packet lasts on a link of ``ps_per_byte`` (tau_ns of its wire bytes)."""
+        return tau_ns(self.length if self.wire_bytes is None else self.wire_bytes, ps_per_byte)
 
 
 @dataclass(frozen=True)
@@ -223,10 +232,12 @@ def _validate(packets: Sequence[Packet], arch: str, n_ports: int, buffer_bytes: 
                 raise ValueError(f"packets[{i}].{name}={port}: accepted range is 0 <= {name} < n_ports = {n_ports}")
         if arrival < 0:
             raise ValueError(f"packets[{i}].arrival_ns={arrival}: accepted range is arrival_ns >= 0")
-        tau.append(tau_ns(length, ps_per_byte))
+        if p.wire_bytes is not None and _as_int(f"packets[{i}].wire_bytes", p.wire_bytes) < 0:
+            raise ValueError(f"packets[{i}].wire_bytes={p.wire_bytes}: accepted range is wire_bytes >= 0 (or None)")
+        tau.append(p.duration_ns(ps_per_byte))
         if tau[i] < 1:
-            raise ValueError(f"packets[{i}].length={length}: accepted range is length * ps_per_byte >= 1000 "
-                             f"(tau >= 1 ns; ps_per_byte = {ps_per_byte})")
+            raise ValueError(f"packets[{i}].length={length} (wire_bytes={p.wire_bytes}): accepted range is "
+                             f"wire bytes * ps_per_byte >= 1000 (tau >= 1 ns; ps_per_byte = {ps_per_byte})")
     line_free: dict[int, tuple[int, int]] = {}     # input -> (end of its last packet, that packet)
     for i in sorted(range(len(packets)), key=lambda k: packets[k].arrival_ns):
         p = packets[i]
@@ -275,7 +286,7 @@ def _simulate_output_fifo(packets: Sequence[Packet], arch: str, n_ports: int, bu
     for i in sorted(range(n), key=arr.__getitem__):
         p = packets[i]
         t, o, length = arr[i], int(p.out_port), int(p.length)
-        tau = tau_ns(length, ps_per_byte)
+        tau = p.duration_ns(ps_per_byte)
         while leaving and leaving[0][0] <= t:
             _, size, k = heapq.heappop(leaving)
             held[k] -= size
@@ -310,7 +321,7 @@ def _simulate_input_buffered(packets: Sequence[Packet], n_ports: int, buffer_byt
     inp = [int(p.in_port) for p in packets]
     out = [int(p.out_port) for p in packets]
     size = [int(p.length) for p in packets]
-    tau = [tau_ns(s, ps_per_byte) for s in size]
+    tau = [p.duration_ns(ps_per_byte) for p in packets]
     outcomes: list[Outcome] = [Outcome("dropped", None)] * n
     in_free = [0] * n_ports          # instant each input's fabric port is free (ns)
     out_free = [0] * n_ports         # instant each output is free (ns)

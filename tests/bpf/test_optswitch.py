@@ -328,3 +328,36 @@ def test_a_switch_of_max_ports_forwards_to_and_decides_on_its_last_port(pin_dir)
     got = bpf.trace_run(pin_dir, 9, [(bpf.OPTSW_EGRESS, 7000, 1500, n - 1, 0, "10.0.0.2")])
     assert (got[0]["cb0"], got[0]["retval"]) == (layout.NOCFG, 2)
     assert maps.read_states(pin_dir, {9: n})[9]["ports"][n - 1]["nocfg"] == 1
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("arch,buffer_bytes", [("ob", 1500), ("ob", 7500), ("sb", 1000), ("sb", 3000),
+                                               ("wcsb", 1500), ("wcsb", 15000)])
+def test_optical_ram_architectures_equal_the_paper_reference(pin_dir, arch, buffer_bytes):
+    """E5's ob / sb / wcsb in BPF against ramsim (written from the paper, independent of
+    both the BPF and the Python port models), packet for packet: decision and departure;
+    and the counters equal the registry's reference model's."""
+    from optical_ram_cases import KINDS, PS as RAM_PS, ram_trace, reference
+
+    from testbed.optical.architectures import REGISTRY
+
+    n_a = 4
+    trace = ram_trace(7, n=1500, load=0.9 if buffer_bytes <= 3000 else 1.0)
+    ports = [PortConfig(RAM_PS) for _ in range(n_a)]
+    assignment = REGISTRY.assignment(arch, {"buffer_bytes": buffer_bytes})
+    bpf.optswitch_load(pin_dir)
+    maps.configure_node(pin_dir, 3, assignment, ports)
+    got = bpf.trace_run(pin_dir, 3, [(bpf.OPTSW_EGRESS, p.arrival_ns, p.length, p.out_port, 0, "10.0.0.2")
+                                     for p in trace])
+    want = reference(trace, arch, n_a, buffer_bytes)
+    for i, (g, w, p) in enumerate(zip(got, want, trace)):
+        assert KINDS[g["cb0"]] == w.kind, f"packet {i} {p}: bpf {g} vs paper {w}"
+        assert w.kind == "dropped" or g["tstamp"] == w.departure_ns, f"packet {i} {p}: bpf {g} vs paper {w}"
+    assert {o.kind for o in want} == {"cut", "buffered", "dropped"}
+    ref = assignment.reference(ports)
+    for p in trace:
+        ref.offer(p.arrival_ns, p.length, p.out_port)
+    state = maps.read_states(pin_dir, {3: n_a})[3]
+    assert state["occ_overflow"] == ref.occ_overflow == 0
+    assert [(b["cut"], b["buffered"], b["dropped"], b["busy_ns"], b["max_occ_bytes"]) for b in state["ports"]] == \
+        [(r.cut, r.buffered, r.dropped, r.busy_ns, r.max_occ_bytes) for r in ref.state]

@@ -19,7 +19,8 @@ from testbed.families.e1_fattree import E1FatTree, parse_switch
 from testbed.optical.architectures import parse
 
 REPO = Path(__file__).resolve().parents[2]
-SYNTAX = "electronic | all-optical | hybrid:N_E, optionally followed by @INITIAL_RTO"
+SYNTAX = ("electronic | all-optical | hybrid:N_E | ob:BUFFER_BYTES | sb:BUFFER_BYTES | wcsb:BUFFER_BYTES, "
+          "optionally followed by @INITIAL_RTO")
 
 
 def values(**over):
@@ -51,7 +52,9 @@ def test_the_papers_switch_configurations_parse_to_an_architecture_and_rto(spec,
     ("hybrid:x", 4, r" \(N_E .* an integer 1\.\.4 .*\)$"),
     ("hybrid", 4, r" \(hybrid:N_E with N_E .* an integer 1\.\.4 .*\)$"),
     ("all-optical:2", 4, r" \(all-optical with no parameters\)$"),
-    ("optical", 4, r"; N_E \(buffer input and output ports\) an integer 1\.\.4 \(at most the node's 4 ports\)$"),
+    ("optical", 4, r"; N_E \(buffer input and output ports\) an integer 1\.\.4 \(at most the node's 4 ports\); "
+                   r"BUFFER_BYTES \(B, optical RAM per output, IP datagram bytes\) an integer 0\.\.1000000000; "),
+    ("ob:-1", 4, r" \(BUFFER_BYTES \(B, optical RAM per output, IP datagram bytes\) an integer 0\.\.1000000000\)$"),
     ("nic", 4, r"; N_E .* an integer 1\.\.4 .*$"),  # a host's architecture, not a switch's
     ("obs-core:0,1", 4, r"; N_E .* an integer 1\.\.4 .*$"),  # E2's core: needs an assembling edge
     ("electronic@0 s", 4, r" \(the initial RTO must be > 0 and <= 60 s\)$"),
