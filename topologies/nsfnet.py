@@ -231,12 +231,14 @@ class OpsMesh(Topo):
     (None: the edge node's rate). ``rate_bps`` is the rate of every switch port (the
     paper's 1 Gb/s data wavelength); architectures are specs of
     testbed/optical/architectures.py (or Assignments). Rates in bit/s, delays in s, paper
-    units; ``tdf`` is the time dilation D given to every optical switch.
+    units; ``tdf`` is the time dilation D given to every optical switch; ``flow_hash``:
+    each flow follows one of its minimum-hop paths (hash of its addresses and ports)
+    instead of a random one per packet (no reordering, as ns-2's single static route).
     """
 
     def build(self, graph: CoreGraph | None = None, *, switch: str = "optical", core_arch: object = "electronic",
               edge_arch: object = "electronic", rate_bps: float = 1e9, tdf: float = 1.0, hosts_per_edge: int = 1,
-              host_rate_bps: float | None = None, mtu: int | None = None) -> None:
+              host_rate_bps: float | None = None, mtu: int | None = None, flow_hash: bool = False) -> None:
         graph = graph or nsfnet()
         if not 1 <= hosts_per_edge <= 9:
             raise ValueError(f"hosts_per_edge={hosts_per_edge}: accepted 1..9")
@@ -244,7 +246,8 @@ class OpsMesh(Topo):
         def node_opts(role: str, arch: object) -> dict[str, object]:
             if switch != "optical":
                 return {"cls": switch}
-            return {"cls": switch, "role": role, "arch": arch, "rate_bps": rate_bps, "tdf": tdf}
+            return {"cls": switch, "role": role, "arch": arch, "rate_bps": rate_bps, "tdf": tdf,
+                    "flow_hash": flow_hash}
 
         link = {"mtu": mtu} if mtu else {}
         cores = [self.addSwitch(core(i), **node_opts("core", core_arch)) for i in range(graph.core_nodes)]

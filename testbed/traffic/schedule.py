@@ -17,6 +17,9 @@ Builders:
 - :func:`long_lived` - E2/E4/E5: bulk flows that run for a duration (or until the run
   stops), optionally window-capped (``SO_SNDBUF`` at the sender, ``TCP_WINDOW_CLAMP`` at
   the receiver).
+- :func:`poisson_long_lived` - E5: a given number of bulk flows entering at Poisson
+  instants between uniformly random pairs of distinct hosts, each running until the
+  run stops.
 """
 
 from __future__ import annotations
@@ -374,3 +377,29 @@ def long_lived(pairs: Iterable[tuple[str, str]], *, start_s: float = 0.0, durati
     return Schedule(flows, {"builder": "long_lived", "start_s": start_s, "duration_s": duration_s,
                             "sndbuf_bytes": sndbuf_bytes, "window_clamp_bytes": window_clamp_bytes,
                             "stagger_s": stagger_s})
+
+
+def poisson_long_lived(hosts: Sequence[str], n_flows: int, horizon_s: float, seed: int, *,
+                       trace: bool = True, tag: str = "long") -> Schedule:
+    """``n_flows`` long-lived flows entering during [0, horizon_s) at the instants of a
+    Poisson process conditioned on ``n_flows`` arrivals (sorted uniform instants: "N
+    flows entered the network ... according to a Poisson arrival process"), each from a
+    uniformly random host to a uniformly random other host, running until the run stops;
+    ``trace``: per-flow throughput series. Paper units; deterministic for ``seed``
+    (numpy PCG64). Raises DefinitionError naming the argument for fewer than two
+    distinct hosts, n_flows outside 1..100000 or horizon_s outside (0, 1e6]."""
+    if len(hosts) < 2 or len(set(hosts)) != len(hosts):
+        raise DefinitionError("hosts", list(hosts), "at least two distinct host names")
+    if isinstance(n_flows, bool) or not isinstance(n_flows, int) or not 1 <= n_flows <= 100_000:
+        raise DefinitionError("n_flows", n_flows, "an integer 1 .. 100000")
+    if not (math.isfinite(horizon_s) and 0 < horizon_s <= 1e6):
+        raise DefinitionError("horizon_s", horizon_s, "a time 0 < t <= 1e6 s")
+    rng = np.random.default_rng(seed)
+    starts = np.sort(rng.uniform(0.0, horizon_s, n_flows))
+    k = len(hosts)
+    src = rng.integers(0, k, n_flows)
+    dst = (src + rng.integers(1, k, n_flows)) % k  # uniform over the other k - 1 hosts
+    flows = tuple(FlowSpec(i, hosts[int(src[i])], hosts[int(dst[i])], None, float(starts[i]), trace=trace, tag=tag)
+                  for i in range(n_flows))
+    return Schedule(flows, {"builder": "poisson_long_lived", "seed": seed, "n_flows": n_flows,
+                            "horizon_s": horizon_s, "hosts": list(hosts), "rng": "numpy PCG64 " + np.__version__})

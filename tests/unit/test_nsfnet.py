@@ -158,6 +158,8 @@ def test_ops_mesh_builds_nsfnet_with_its_delays():
     assert len(topo.switches()) == 28 and len(topo.hosts()) == 14 and len(topo.links()) == 21 + 14 + 14
     assert topo.nodeInfo("c0")["role"] == "core" and topo.nodeInfo("e3")["role"] == "edge"
     assert topo.nodeInfo("c0")["rate_bps"] == 1e9 and topo.nodeInfo("c0")["tdf"] == 10.0
+    assert topo.nodeInfo("c0")["flow_hash"] is False
+    assert OpsMesh(flow_hash=True).nodeInfo("e3")["flow_hash"] is True  # E5: one path per flow
     m_per_s = SPEED_OF_LIGHT_M_PER_S / FIBRE_GROUP_INDEX
     info = topo.linkInfo("c0", "c7")
     assert info["length_m"] / m_per_s == pytest.approx(11.2e-3)

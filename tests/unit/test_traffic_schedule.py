@@ -9,7 +9,7 @@ from scipy import stats
 
 from testbed.errors import DefinitionError
 from testbed.traffic.schedule import (BimodalLognormal, EmpiricalCDF, Fixed, FlowSpec, Schedule, batch,
-                                      long_lived, migration_batch, poisson_schedule)
+                                      long_lived, migration_batch, poisson_long_lived, poisson_schedule)
 
 HOSTS = [f"h{i}" for i in range(1, 9)]
 E1_SIZES = BimodalLognormal(p_small=0.8, median_small=10e6, sigma_small=0.5, median_large=1e9, sigma_large=0.5)
@@ -150,3 +150,35 @@ def test_batch_and_long_lived():
     ll = long_lived([("h1", "h2"), ("h3", "h4")], start_s=1.0, stagger_s=0.5, sndbuf_bytes=1 << 20)
     assert [f.start_s for f in ll.flows] == [1.0, 1.5]
     assert all(f.size_bytes is None and f.trace and f.sndbuf_bytes == 1 << 20 for f in ll.flows)
+
+
+def test_poisson_long_lived_has_n_flows_at_poisson_instants_between_uniform_pairs():
+    """E5: exactly n flows; conditioned on n arrivals a Poisson process's instants are
+    uniform over the horizon (KS test; gaps exponential at rate n / horizon); pairs
+    uniform over the ordered pairs of distinct hosts; every flow long-lived and traced."""
+    n, horizon = 4000, 40.0
+    s = poisson_long_lived(HOSTS, n, horizon, seed=11)
+    t = np.array([f.start_s for f in s.flows])
+    assert len(s) == n and np.all(np.diff(t) >= 0) and 0 <= t[0] and t[-1] < horizon
+    assert stats.kstest(t, "uniform", args=(0, horizon)).pvalue > 1e-3
+    gaps = np.diff(np.concatenate([[0.0], t]))
+    assert stats.kstest(gaps, "expon", args=(0, horizon / n)).pvalue > 1e-3
+    # can fail: instants crowded into the first half are not uniform
+    assert stats.kstest(t / 2, "uniform", args=(0, horizon)).pvalue < 1e-6
+    counts: dict[tuple[str, str], int] = {}
+    for f in s.flows:
+        assert f.src != f.dst and f.size_bytes is None and f.duration_s is None and f.trace
+        counts[(f.src, f.dst)] = counts.get((f.src, f.dst), 0) + 1
+    assert len(counts) == len(HOSTS) * (len(HOSTS) - 1)
+    assert stats.chisquare(list(counts.values())).pvalue > 1e-3
+    assert poisson_long_lived(HOSTS, n, horizon, seed=11) == s
+    assert poisson_long_lived(HOSTS, n, horizon, seed=12) != s
+    assert s.meta["builder"] == "poisson_long_lived" and s.meta["n_flows"] == n
+
+
+@pytest.mark.parametrize("args,key", [((["h1"], 10, 1.0), "hosts"), ((HOSTS, 0, 1.0), "n_flows"),
+                                      ((HOSTS, 10, 0.0), "horizon_s"), ((HOSTS, 10, math.inf), "horizon_s")])
+def test_poisson_long_lived_errors_name_the_argument(args, key):
+    with pytest.raises(DefinitionError) as err:
+        poisson_long_lived(*args, seed=1)
+    assert err.value.key == key
