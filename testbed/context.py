@@ -19,6 +19,7 @@ from testbed import hostclock
 from testbed.dilation import TimeDilation
 from testbed.experiment import Definition, Point
 from testbed.ledger import Ledger
+from testbed.metrics import Metric
 from testbed.results import atomic_write, write_csv, write_json
 
 log = logging.getLogger(__name__)
@@ -175,6 +176,36 @@ class PointContext:
                         self.point.id, mon["p99_ns"] / 1e3, 100 * mon["p99_ns"] / tau, tau / 1e3)
             self.progress(f"warning: p99 lateness {mon['p99_ns'] / 1e3:.3g} us is not small against "
                           f"tau {tau / 1e3:.3g} us; raise --tdf")
+
+
+#: the declarations of :func:`emulation_columns` (families list them in their metrics)
+EMULATION_METRICS = (
+    Metric("lateness_p99_s", "s", "99th percentile of the fabric's release lateness (paper time)"),
+    Metric("lateness_max_s", "s", "largest release lateness (paper time)"),
+    Metric("paper_s_per_wall_s", "1", "emulated paper seconds per wall-clock second of the traffic"),
+)
+
+
+def read_point_json(point_dir: Path, name: str) -> dict[str, Any]:
+    """A point file written by :meth:`PointContext.instruments` (``machine.json``,
+    ``fidelity.json``) as a dict; {} when it is absent."""
+    import json
+
+    path = point_dir / name
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def emulation_columns(point_dir: Path, tdf: TimeDilation) -> dict[str, float]:
+    """The summary columns of :data:`EMULATION_METRICS` for the point in ``point_dir``,
+    in paper units: lateness from fidelity.json (NaN when the monitor saw no packet or
+    there is no fabric), speed from machine.json (NaN without it)."""
+    mon, machine = read_point_json(point_dir, "fidelity.json"), read_point_json(point_dir, "machine.json")
+    nan = float("nan")
+    seen = bool(mon.get("packets"))
+    wall, emu_s = machine.get("wall_s"), machine.get("emulation_s")
+    return {"lateness_p99_s": tdf.time_to_paper(mon["p99_ns"] / 1e9) if seen else nan,
+            "lateness_max_s": tdf.time_to_paper(mon["max_ns"] / 1e9) if seen else nan,
+            "paper_s_per_wall_s": tdf.time_to_paper(emu_s) / wall if wall and emu_s else nan}
 
 
 def cpu_times() -> tuple[float, float]:

@@ -95,6 +95,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import TestbedError
+from testbed.metrics import Metric
 
 #: The files a host's counters come from (its namespace, read by a thread inside it).
 NETSTAT = Path("/proc/thread-self/net/netstat")
@@ -209,11 +210,21 @@ class LossDetection:
         return asdict(self)
 
     def summary_columns(self) -> dict[str, int]:
-        """The E2 summary.csv columns (docs: the E2 contract): loss_events_rto,
-        loss_events_fast, retrans_segs, spurious_retrans_segs."""
+        """The summary.csv columns of E2 and E5 (declared by :data:`SUMMARY_METRICS`):
+        loss_events_rto, loss_events_fast, retrans_segs, spurious_retrans_segs."""
         return {"loss_events_rto": self.rto, "loss_events_fast": self.fast,
                 "retrans_segs": self.retrans_segs, "spurious_retrans_segs": self.spurious_retrans_segs}
 
+
+#: the declarations of :meth:`LossDetection.summary_columns` (families list them in
+#: their metrics)
+SUMMARY_METRICS = (
+    Metric("loss_events_rto", "count", "losses the senders detected by RTO expiry (kernel counters)"),
+    Metric("loss_events_fast", "count", "losses the senders detected by duplicate ACKs / SACK (fast "
+           "retransmit; kernel counters)"),
+    Metric("retrans_segs", "count", "retransmitted segments (kernel counters)"),
+    Metric("spurious_retrans_segs", "count", "retransmissions a DSACK showed spurious (lower bound)"),
+)
 
 def classify(d: Mapping[str, int]) -> LossDetection:
     """Classify a counter difference (``delta()``) into loss detections.

@@ -42,6 +42,8 @@ from collections.abc import Hashable, Iterator
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from testbed.cc.lossdetect import SUMMARY_METRICS
+from testbed.context import EMULATION_METRICS, emulation_columns
 from testbed.dilation import TimeDilation
 from testbed.errors import DefinitionError
 from testbed.experiment import Definition, Param
@@ -156,20 +158,14 @@ class E2Obs(FlowFamily):
         Metric("bursts_lost", "count", "bursts the core dropped whole"),
         Metric("segments_per_burst", "count", "data packets per burst (mean; at this scale)"),
         Metric("segments_per_source_per_burst", "count", "segments_per_burst / n_sources"),
-        Metric("loss_events_rto", "count", "losses the sources detected by RTO expiry (kernel counters)"),
-        Metric("loss_events_fast", "count", "losses the sources detected by duplicate ACKs / SACK "
-               "(fast retransmit; kernel counters)"),
-        Metric("retrans_segs", "count", "retransmitted segments (tcpi_total_retrans)"),
-        Metric("spurious_retrans_segs", "count", "retransmissions a DSACK showed spurious (lower bound)"),
+        *SUMMARY_METRICS,
         Metric("core_packets_lost", "count", "data packets the core dropped with their bursts"),
         Metric("assembly_delay_p50_s", "s", "median per-packet assembly delay: arrival at the ingress edge to "
                "release towards the core (as testbed/optical/burst.py: the wait for Tmax or Lmax, the offset, "
                "the wait for the channel and the burst's earlier packets)"),
         Metric("assembly_delay_p99_s", "s", "99th percentile of the assembly delay"),
         Metric("assembly_delay_max_s", "s", "largest assembly delay (histogram bucket's upper edge)"),
-        Metric("lateness_p99_s", "s", "99th percentile of the fabric's release lateness (paper time)"),
-        Metric("lateness_max_s", "s", "largest release lateness (paper time)"),
-        Metric("paper_s_per_wall_s", "1", "emulated paper seconds per wall-clock second of the traffic"),
+        *EMULATION_METRICS,
     )
 
     @classmethod
@@ -419,12 +415,6 @@ def summarise(fp: FlowPoint, result: "TrafficResult") -> dict[str, Any]:
     def pct(q: float) -> float:
         return D.time_to_paper(hold.quantile_ns(q) / 1e9) if hold.count else math.nan
 
-    mon_path = ctx.dir / "fidelity.json"
-    mon = json.loads(mon_path.read_text()) if mon_path.exists() else {}
-    machine_path = ctx.dir / "machine.json"
-    machine = json.loads(machine_path.read_text()) if machine_path.exists() else {}
-    wall, emu_s = machine.get("wall_s"), machine.get("emulation_s")
-    has_mon = bool(mon.get("packets"))
     return {
         "throughput_bps": mean_source * pc.n_paper,
         "throughput_per_source_bps": mean_source,
@@ -444,7 +434,5 @@ def summarise(fp: FlowPoint, result: "TrafficResult") -> dict[str, Any]:
         "assembly_delay_p50_s": pct(0.5),
         "assembly_delay_p99_s": pct(0.99),
         "assembly_delay_max_s": pct(1.0),
-        "lateness_p99_s": D.time_to_paper(mon["p99_ns"] / 1e9) if has_mon else math.nan,
-        "lateness_max_s": D.time_to_paper(mon["max_ns"] / 1e9) if has_mon else math.nan,
-        "paper_s_per_wall_s": (D.time_to_paper(emu_s) / wall) if wall and emu_s else math.nan,
+        **emulation_columns(ctx.dir, D),
     }
