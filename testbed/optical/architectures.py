@@ -2,7 +2,8 @@
 packet for one of its outputs. One :class:`Architecture` entry each, holding
 
 * its ``name`` and spec syntax (``hybrid:N_E``; :meth:`Registry.parse` reads specs),
-* its parameters with bounds (:class:`ArchParam`; errors name key, value and range),
+* its parameters with bounds (:class:`ArchParam`; errors name key, value and range);
+  a duration is given in paper ns and configured dilated (x D, :meth:`Assignment.packed`),
 * its packed configuration (:meth:`Architecture.pack`: the bytes of
   ``cfg_node.arch_cfg``, laid out as ``struct optsw_<bpf>_cfg``: the parameters in
   order, each of its C type, naturally aligned),
@@ -37,6 +38,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 
 from testbed.errors import DefinitionError
 from testbed.optical import hostnic, model, obsburst
@@ -54,13 +56,19 @@ SWITCH_ROLES = ("edge", "core")
 DEFAULT_SWITCH_ROLE = "core"
 
 _CTYPES = {"u32": "I", "u64": "Q"}
+_CTYPE_MAX = {"u32": 2**32 - 1, "u64": 2**64 - 1}
 
 
 @dataclass(frozen=True)
 class ArchParam:
     """One integer parameter of an architecture: ``lo``..``hi`` inclusive, and at most
     the node's number of ports if ``at_most_ports``; ``ctype`` its C type in the
-    architecture's configuration struct (``u32`` or ``u64``)."""
+    architecture's configuration struct (``u32`` or ``u64``).
+
+    ``duration``: the value is a paper duration in ns (specs and :attr:`Assignment.params`
+    hold it so) and the BPF configuration holds its emulation value, value x D rounded
+    to integer ns (:meth:`emulation`), which must be within ``lo``..``emulation_hi``
+    (default: the C type's largest value). Every other parameter is packed as given."""
 
     name: str
     doc: str
@@ -68,10 +76,37 @@ class ArchParam:
     hi: int
     ctype: str = "u32"
     at_most_ports: bool = False
+    duration: bool = False
+    emulation_hi: int | None = None
 
     def __post_init__(self) -> None:
         if self.ctype not in _CTYPES:
             raise ValueError(f"parameter {self.name}: ctype {self.ctype!r} not in {sorted(_CTYPES)}")
+        if self.emulation_hi is not None and not self.duration:
+            raise ValueError(f"parameter {self.name}: emulation_hi is for a duration only")
+        if not 0 <= self.emulation_bound <= _CTYPE_MAX[self.ctype]:
+            raise ValueError(f"parameter {self.name}: emulation_hi {self.emulation_hi} does not fit a {self.ctype}")
+
+    @property
+    def emulation_bound(self) -> int:
+        """The largest value the BPF configuration may hold (a duration: after dilation)."""
+        return _CTYPE_MAX[self.ctype] if self.emulation_hi is None else self.emulation_hi
+
+    def emulation(self, value: int, tdf: float, key: str) -> int:
+        """The value the BPF configuration of a node of time dilation ``tdf`` (D >= 1)
+        holds for ``value``: a duration's value x D rounded to integer ns (exactly, half
+        to even), any other value as it is. Raises DefinitionError(key, value) naming the
+        emulation range when a dilated duration leaves ``lo``..``emulation_hi``, and
+        ValueError for D < 1."""
+        if not tdf >= 1.0:
+            raise ValueError(f"time dilation {tdf!r} < 1")
+        if not self.duration:
+            return value
+        v = round(Fraction(value) * Fraction(tdf))
+        if not self.lo <= v <= self.emulation_bound:
+            raise DefinitionError(key, value, f"{self.label} ({self.doc}) whose emulation value (x D = {v} ns) is "
+                                  f"within {self.lo}..{self.emulation_bound} ns at D = {tdf:g}")
+        return v
 
     @property
     def label(self) -> str:
@@ -196,18 +231,30 @@ class Assignment:
         hook = self.arch.mechanism_options
         return hook(context, self.params, key) if hook is not None else None
 
-    def packed(self) -> bytes:
-        """The bytes of ``cfg_node.arch_cfg`` (zero-padded by the map writer)."""
-        return self.arch.pack(self.params)
+    def emulation_values(self, tdf: float = 1.0, *, key: str = "arch") -> dict[str, int]:
+        """The parameter values on a node of time dilation ``tdf`` (D): durations
+        (``ArchParam.duration``) x D in integer ns, the others as they are. Raises
+        DefinitionError naming ``key.<param>``, the paper value and the emulation range
+        when a dilated duration leaves it."""
+        return {p.name: p.emulation(v, tdf, f"{key}.{p.name}") for p, (_, v) in zip(self.arch.params, self.values)}
 
-    def reference(self, ports: list[PortConfig]) -> model.PortModel:
+    def packed(self, tdf: float = 1.0, *, key: str = "arch") -> bytes:
+        """The bytes of ``cfg_node.arch_cfg`` (zero-padded by the map writer) for a node
+        of time dilation ``tdf`` (D): :meth:`emulation_values` packed. Raises
+        DefinitionError as :meth:`emulation_values`."""
+        return self.arch.pack(self.emulation_values(tdf, key=key))
+
+    def reference(self, ports: list[PortConfig], tdf: float = 1.0) -> model.PortModel:
         """A fresh per-packet reference model of a node with ``ports`` under this
-        assignment. Raises TypeError for an architecture that has none (its
-        ``oracle`` is the reference)."""
+        assignment, given the :meth:`emulation_values` at time dilation ``tdf`` (the
+        values the BPF program reads: the model works in the time unit of the packets
+        offered to it, emulation ns when checking the program). Raises TypeError for an
+        architecture that has none (its ``oracle`` is the reference), DefinitionError as
+        :meth:`emulation_values`."""
         if self.arch.reference is None:
             raise TypeError(f"architecture {self.arch.name!r} has no per-packet reference model; "
                             f"its reference is {self.arch.oracle}")
-        return self.arch.reference(ports, **self.params)
+        return self.arch.reference(ports, **self.emulation_values(tdf))
 
     def check(self, *, ports: int | None = None, role: str | None = None, key: str = "arch") -> None:
         """Raise DefinitionError(key, spec) unless the values fit a node of ``ports``
@@ -388,8 +435,23 @@ WCSB = Architecture(
     reference=model.WorstCaseSharedRamModel,
     params=_ram_param("B, optical RAM of the whole node, IP datagram bytes"), roles=("core",))
 
+# E5's edge nodes (Alparslan, Arakawa, Murata, III-A: "0.25 s of electronic buffering"; docs/e5.md)
+
+#: the longest wait fq holds a stamped packet as stamped (emulation ns): its ``horizon
+#: 3600s horizon_cap`` (mechanisms.FQ_OPTS) releases a packet stamped further ahead at
+#: the horizon instead
+FQ_HORIZON_NS = 3_600_000_000_000
+
+FIFO = Architecture(
+    "fifo", 9, "fifo", "store-and-forward FIFO per output with a delay bound: received whole (a + tau), then FIFO "
+    "on the output; dropped if it would wait in the buffer (from its reception to its departure) longer than "
+    "max_wait",
+    reference=model.FifoModel,
+    params=(ArchParam("max_wait_ns", "longest wait in the buffer, paper ns; x D at most fq's 3600 s horizon", 0,
+                      FQ_HORIZON_NS, ctype="u64", duration=True, emulation_hi=FQ_HORIZON_NS),))
+
 #: every architecture; the BPF dispatch is generated from this list (archgen.py)
-REGISTRY = Registry([NIC, ELECTRONIC, ALL_OPTICAL, HYBRID, OBS_EDGE, OBS_CORE, OB, SB, WCSB])
+REGISTRY = Registry([NIC, ELECTRONIC, FIFO, ALL_OPTICAL, HYBRID, OBS_EDGE, OBS_CORE, OB, SB, WCSB])
 
 
 def parse(spec: str, ports: int | None = None, *, role: str | None = DEFAULT_SWITCH_ROLE,

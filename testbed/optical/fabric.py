@@ -8,7 +8,8 @@ a role (``host``, or the switch's ``edge`` / ``core``) and a port architecture
 
 * the optswitch ingress (forwarding on switches, fidelity monitor everywhere) and
   egress programs (its architecture's decision; on hosts: NIC serialisation at the
-  link rate),
+  link rate), configured with the architecture's parameters, durations x the node's D
+  (``Assignment.packed(tdf)``; hosts take the D of the switch they are attached to),
 * on every port, the root qdisc its architecture's realisation puts there
   (``testbed/optical/mechanisms.py``: ``fq``, which releases each packet at its
   stamped time; on hosts the ``hostnic`` qdisc, which does the same and orphans the
@@ -179,6 +180,7 @@ class OpticalFabric:
                                          [peer_port[(name, i)] for i in range(len(ports))], rates, node_tdf)
         for np in self.nodes.values():  # checked before anything is installed
             np.assignment.options(np.context, key=f"{np.name}.arch")
+            np.assignment.packed(np.tdf, key=f"{np.name}.arch")  # durations dilated by D in range
         self._set_peer_holds()
 
     def setup(self) -> None:
@@ -261,7 +263,7 @@ class OpticalFabric:
 
     def _write_configs(self) -> None:
         maps.configure_nodes(self.pin_dir, [
-            maps.NodeConfig(np.node_id, np.assignment, np.ports, np.ifindex_of_port)
+            maps.NodeConfig(np.node_id, np.assignment, np.ports, np.ifindex_of_port, np.tdf)
             for np in self.nodes.values()])
 
     def reconfigure(self, assignments: Mapping[str, Assignment]) -> None:
@@ -274,13 +276,15 @@ class OpticalFabric:
         one emulation serve several points (building it costs minutes under software
         emulation). Everything is checked before anything changes: raises
         DefinitionError for a node not in the fabric, or an architecture that does not
-        fit the node's role or port count, or whose mechanism's options do not fit it."""
+        fit the node's role or port count, or whose mechanism's options or dilated
+        durations do not fit it."""
         for name, a in assignments.items():
             np = self.nodes.get(name)
             if np is None:
                 raise DefinitionError("node", name, "a node of the optical fabric: " + ", ".join(self.nodes))
             a.check(ports=len(np.ports), role=np.role, key=f"{name}.arch")
             a.options(np.context, key=f"{name}.arch")
+            a.packed(np.tdf, key=f"{name}.arch")
         for name, a in assignments.items():
             np = self.nodes[name]
             np.assignment = a

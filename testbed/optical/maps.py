@@ -19,21 +19,26 @@ from testbed.optical.layout import PortConfig
 @dataclass
 class NodeConfig:
     """One node's configuration: its port architecture with its parameters
-    (``assignment``), its ports, and the ifindex of each port number (optional)."""
+    (``assignment``), its ports, the ifindex of each port number (optional) and its
+    time dilation ``tdf`` (D: the architecture's durations are configured x D)."""
 
     node_id: int
     assignment: Assignment
     ports: list[PortConfig]
     ifindex_of_port: dict[int, int] | None = None
+    tdf: float = 1.0
 
 
 def configure_nodes(pin_dir: Path, nodes: list[NodeConfig]) -> None:
     """Write every node's configuration and (ifindex -> port) entries and reset its
     state (all ports free, counters zero, and the OBS state inside it: announced bursts,
-    core counters, holding-delay histogram): one loader call per map, not per node."""
-    bpf.map_update(pin_dir, "optsw_cfg", [(layout.u32_key(n.node_id),
-                                           layout.node_cfg(n.assignment.arch.code, n.assignment.packed(), n.ports))
-                                          for n in nodes])
+    core counters, holding-delay histogram): one loader call per map, not per node.
+    Raises DefinitionError (key ``node<id>.arch.<param>``) when a duration dilated by
+    the node's D leaves its range; nothing is written then."""
+    cfgs = [(layout.u32_key(n.node_id),
+             layout.node_cfg(n.assignment.arch.code, n.assignment.packed(n.tdf, key=f"node{n.node_id}.arch"), n.ports))
+            for n in nodes]
+    bpf.map_update(pin_dir, "optsw_cfg", cfgs)
     bpf.map_update(pin_dir, "optsw_state", [(layout.u32_key(n.node_id), bytes(layout.STATE_SIZE)) for n in nodes])
     bpf.map_update(pin_dir, "optsw_ifport",
                    [(layout.ifport_key(n.node_id, ifx), layout.u32_key(port))
@@ -41,9 +46,9 @@ def configure_nodes(pin_dir: Path, nodes: list[NodeConfig]) -> None:
 
 
 def configure_node(pin_dir: Path, node_id: int, assignment: Assignment, ports: list[PortConfig],
-                   *, ifindex_of_port: dict[int, int] | None = None) -> None:
+                   *, ifindex_of_port: dict[int, int] | None = None, tdf: float = 1.0) -> None:
     """:func:`configure_nodes` for one node."""
-    configure_nodes(pin_dir, [NodeConfig(node_id, assignment, ports, ifindex_of_port)])
+    configure_nodes(pin_dir, [NodeConfig(node_id, assignment, ports, ifindex_of_port, tdf)])
 
 
 

@@ -25,6 +25,8 @@ Architectures (Minakhmetov, Ware, Iannone, sections II and IV):
   buffered for different outputs never block each other.
 * ``electronic``: every packet is received whole (tau), then FIFO per output; never
   dropped; every packet is one OEO conversion.
+* ``fifo`` (E5's edge nodes): as ``electronic``, but a packet that would wait in the
+  buffer (from its reception to its departure) longer than ``max_wait_ns`` is dropped.
 * ``nic``: a host NIC serialising at the link rate (FIFO).
 
 E5's optical RAM architectures (Alparslan, Arakawa, Murata, II-B; docs/e5.md): ``ob``,
@@ -164,6 +166,34 @@ class ElectronicModel(PortModel):
 
     def decide(self, a: int, tau: int, port: int) -> tuple[int, int | None]:
         return BUFFER, max(a + tau, self.state[port].out_free_ns)
+
+
+class FifoModel(ElectronicModel):
+    """``fifo``: store-and-forward FIFO per output with a delay bound (E5's edge nodes,
+    docs/e5.md). A packet of duration ``tau`` arriving at ``a`` is received whole at
+    ``a + tau`` and would leave at ``dep = max(a + tau, out_free)`` (as ``electronic``);
+    it is dropped if it would wait in the buffer longer than ``max_wait_ns``, that is
+    if ``dep - (a + tau) > max_wait_ns`` (a wait of exactly max_wait_ns is admitted).
+    A drop changes no state (the output's ``out_free`` stays). So the bytes waiting
+    ahead of an admitted packet are at most max_wait_ns x the output's rate.
+
+    The model works in the time unit of the packets offered to it: given emulation
+    times (as in the BPF tests), ``max_wait_ns`` must be the emulation value, the paper
+    value x D (``Assignment.reference(ports, tdf=D)`` gives it so).
+
+    Raises ValueError for a negative ``max_wait_ns``.
+    """
+
+    def __init__(self, ports: list[PortConfig], max_wait_ns: int) -> None:
+        if max_wait_ns < 0:
+            raise ValueError(f"max_wait_ns {max_wait_ns} < 0")
+        super().__init__(ports)
+        self.max_wait_ns = max_wait_ns
+
+    def decide(self, a: int, tau: int, port: int) -> tuple[int, int | None]:
+        kind, dep = super().decide(a, tau, port)
+        assert dep is not None
+        return (DROP, None) if dep - (a + tau) > self.max_wait_ns else (kind, dep)
 
 
 class AllOpticalModel(PortModel):

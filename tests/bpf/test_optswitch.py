@@ -17,7 +17,7 @@ import pytest
 
 from testbed import bpf
 from testbed.optical import layout, maps, routes
-from testbed.optical.architectures import from_model
+from testbed.optical.architectures import REGISTRY, from_model
 from testbed.optical.layout import BUFFER, CUT, DROP, PortConfig
 from testbed.optical.model import erlang_b1
 
@@ -361,3 +361,73 @@ def test_optical_ram_architectures_equal_the_paper_reference(pin_dir, arch, buff
     assert state["occ_overflow"] == ref.occ_overflow == 0
     assert [(b["cut"], b["buffered"], b["dropped"], b["busy_ns"], b["max_occ_bytes"]) for b in state["ports"]] == \
         [(r.cut, r.buffered, r.dropped, r.busy_ns, r.max_occ_bytes) for r in ref.state]
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("paper_wait,want", [
+    (TAU, [BUFFER, BUFFER, BUFFER, DROP, DROP]),        # x D = 2 tau: a wait of exactly max_wait is admitted
+    (TAU - 1, [BUFFER, BUFFER, DROP, DROP, DROP]),      # x D = 2 tau - 2: the third would wait too long
+])
+def test_fifo_drops_a_packet_that_would_wait_longer_than_max_wait(pin_dir, paper_wait, want):
+    """E5's edge FIFO on a node at D = 2, by hand: five packets of tau = 7251 ns (emulation)
+    at once (1000 ns) for one output; max_wait given in paper ns, configured x 2. Each is
+    received at 1000 + tau and would leave at 1000 + tau, + 2 tau, ..., + 5 tau, waiting
+    0, tau, 2 tau, 3 tau, 4 tau: max_wait = TAU paper ns = 2 tau admits three."""
+    tdf, prop = 2, 4830
+    trace = [(1000, 9064, 1)] * 5
+    ports = _ports(3, prop_ns=prop)
+    assignment = REGISTRY.assignment("fifo", {"max_wait_ns": paper_wait})
+    bpf.optswitch_load(pin_dir)
+    maps.configure_node(pin_dir, 3, assignment, ports, tdf=tdf)
+    got = bpf.trace_run(pin_dir, 3, [(bpf.OPTSW_EGRESS, t, ln, p, 0, "10.0.0.2") for t, ln, p in trace])
+    n = want.count(BUFFER)
+    assert [g["cb0"] for g in got] == want
+    assert [g["retval"] for g in got] == [0] * n + [2] * (5 - n)
+    # admitted packet k leaves at 1000 + (k + 1) tau; stamped with its arrival at the next node
+    assert [g["tstamp"] for g in got[:n]] == [1000 + (k + 1) * TAU + prop for k in range(n)]
+    ref = assignment.reference(ports, tdf=tdf)
+    assert [ref.offer(*q).kind for q in trace] == want
+    b = maps.read_states(pin_dir, {3: 3})[3]["ports"][1]
+    assert (b["buffered"], b["dropped"], b["cut"], b["bytes"]) == (n, 5 - n, 0, n * 9064)
+
+
+@pytest.mark.root
+def test_fifo_drop_leaves_the_output_as_it_was_in_bpf(pin_dir):
+    """max_wait = 2 tau (D = 1): of five simultaneous packets three are admitted (the
+    output is then busy until 4 tau); the drops reserve nothing, so a sixth packet
+    arriving at 2 tau (received at 3 tau) waits tau and leaves at 4 tau. Had the drops
+    reserved the output, it would wait 3 tau and be dropped."""
+    trace = [(0, 9064, 0)] * 5 + [(2 * TAU, 9064, 0)]
+    bpf.optswitch_load(pin_dir)
+    maps.configure_node(pin_dir, 3, REGISTRY.assignment("fifo", {"max_wait_ns": 2 * TAU}), _ports(2))
+    got = bpf.trace_run(pin_dir, 3, [(bpf.OPTSW_EGRESS, t, ln, p, 0, "10.0.0.2") for t, ln, p in trace])
+    assert [g["cb0"] for g in got] == [BUFFER, BUFFER, BUFFER, DROP, DROP, BUFFER]
+    assert [g["tstamp"] for g in got if g["cb0"] == BUFFER] == [TAU, 2 * TAU, 3 * TAU, 4 * TAU]
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("tdf", [1, 20])
+def test_fifo_equals_its_reference_model_on_a_random_trace(pin_dir, tdf):
+    """A bound of a few packet times (3 tau of a 9064 B packet, given in paper ns and
+    configured x D) on a saturated random trace: both buffered and dropped packets, and
+    decisions, stamps and counters equal the reference model's, packet for packet."""
+    n_a, rng = 4, random.Random(21 + tdf)
+    trace = _random_trace(rng, 1500, n_a, load=1.1)
+    ports = [PortConfig(PS, prop_ns=rng.choice((0, 4830)), peer_host=rng.random() < 0.5) for _ in range(n_a)]
+    assignment = REGISTRY.assignment("fifo", {"max_wait_ns": 3 * TAU // tdf})
+    bpf.optswitch_load(pin_dir)
+    maps.configure_node(pin_dir, 3, assignment, ports, tdf=tdf)
+    got = bpf.trace_run(pin_dir, 3, [(bpf.OPTSW_EGRESS, t, ln, p, 0, "10.0.0.2") for t, ln, p in trace])
+    ref = assignment.reference(ports, tdf=tdf)
+    kinds = {CUT: 0, BUFFER: 0, DROP: 0}
+    for i, (g, (t, ln, p)) in enumerate(zip(got, trace)):
+        w = ref.offer(t, ln, p)
+        kinds[w.kind] += 1
+        assert (g["cb0"], g["retval"]) == (w.kind, 2 if w.kind == DROP else 0), f"packet {i}: {g} vs {w}"
+        assert w.kind == DROP or g["tstamp"] == w.stamp(ports[p]), f"packet {i}: {g} vs {w}"
+    assert kinds[CUT] == 0 and kinds[BUFFER] > 500 and kinds[DROP] > 100, kinds
+    state = maps.read_states(pin_dir, {3: n_a})[3]
+    assert [(b["cut"], b["buffered"], b["dropped"], b["bytes"], b["busy_ns"], b["max_occ_bytes"])
+            for b in state["ports"]] == \
+        [(r.cut, r.buffered, r.dropped, r.bytes, r.busy_ns, r.max_occ_bytes) for r in ref.state]
+    assert state["max_occ_bytes"] == ref.max_occ_bytes

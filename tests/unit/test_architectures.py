@@ -39,8 +39,16 @@ def test_parse_reads_the_specs_and_writes_them_back():
     ("hybrid", 4, "params.switch", r"hybrid:N_E with N_E"),
     ("hybrid:1,2", 4, "params.switch", r"hybrid:N_E with N_E"),
     ("all-optical:2", 4, "params.switch", r"all-optical with no parameters"),
-    ("optical", 4, "params.switch", r"^electronic \| all-optical \| hybrid:N_E( \| .*)? \(role core\)$"),
-    ("nic", 4, "params.switch", r"^electronic \| all-optical \| hybrid:N_E( \| .*)? \(role core\)$"),
+    ("optical", 4, "params.switch",
+     r"^electronic \| fifo:MAX_WAIT_NS \| all-optical \| hybrid:N_E( \| .*)? \(role core\)$"),
+    ("nic", 4, "params.switch",
+     r"^electronic \| fifo:MAX_WAIT_NS \| all-optical \| hybrid:N_E( \| .*)? \(role core\)$"),
+    ("fifo:-1", 4, "s1.arch", r"^MAX_WAIT_NS \(longest wait in the buffer, paper ns; x D at most fq's 3600 s horizon\) "
+                              r"an integer 0\.\.3600000000000$"),
+    ("fifo:3600000000001", 4, "s1.arch", r"^MAX_WAIT_NS \(.*\) an integer 0\.\.3600000000000$"),
+    ("fifo:0.25", 4, "s1.arch", r"^MAX_WAIT_NS \(.*\) an integer 0\.\.3600000000000$"),
+    ("fifo", 4, "s1.arch", r"^fifo:MAX_WAIT_NS with MAX_WAIT_NS \(.*\) an integer 0\.\.3600000000000$"),
+    ("fifo:1,2", 4, "s1.arch", r"^fifo:MAX_WAIT_NS with MAX_WAIT_NS"),
 ])
 def test_a_bad_spec_names_key_value_and_accepted_range(spec, ports, key, accepted):
     with pytest.raises(DefinitionError) as e:
@@ -48,6 +56,16 @@ def test_a_bad_spec_names_key_value_and_accepted_range(spec, ports, key, accepte
     assert e.value.key == key and e.value.value == spec
     assert re.search(accepted, e.value.accepted), e.value.accepted
     assert f"invalid value for '{key}': {spec!r}" in str(e.value)
+
+
+def test_fifo_spec_is_a_paper_duration_kept_as_given():
+    a = parse("fifo:250000000", 4, role="edge")
+    assert (a.name, a.params, a.spec, a.arch.code, a.arch.bpf) == ("fifo", {"max_wait_ns": 250_000_000},
+                                                                 "fifo:250000000", 9, "fifo")
+    assert parse("fifo:0").params == {"max_wait_ns": 0} and a.arch.roles == architectures.SWITCH_ROLES
+    assert a.arch.realisation is mechanisms.EDT_FQ
+    with pytest.raises(DefinitionError, match=r"'s1\.max_wait_ns': -5; accepted: MAX_WAIT_NS .* 0\.\.3600000000000"):
+        REGISTRY.assignment("fifo", {"max_wait_ns": -5}, key="s1")
 
 
 def test_keyword_assignment_names_the_parameter_key():
@@ -132,6 +150,70 @@ def test_each_architecture_has_its_reference_model():
         Architecture("x", 99, "x", "", None)
 
 
+# ---- durations: paper ns in specs, emulation ns (x D) in the BPF configuration ----
+
+def test_a_duration_is_packed_dilated_by_the_nodes_d():
+    """fifo:250000000 (the paper's 0.25 s) on a node at D = 20 holds 5e9 ns; the spec,
+    the params and the packing at D = 1 keep the paper value."""
+    a = parse("fifo:250000000")
+    assert a.packed(20) == struct.pack("<Q", 5_000_000_000)
+    assert a.emulation_values(20) == {"max_wait_ns": 5_000_000_000}
+    assert a.packed() == a.packed(1.0) == struct.pack("<Q", 250_000_000)
+    assert a.params == {"max_wait_ns": 250_000_000} and a.spec == "fifo:250000000"
+    # rounded to integer ns, exactly (7 x 2.5 = 17.5 -> 18, half to even; 3 x 1.5 = 4.5 -> 4)
+    assert parse("fifo:7").packed(2.5) == struct.pack("<Q", 18)
+    assert parse("fifo:3").packed(1.5) == struct.pack("<Q", 4)
+    # the emulation range's end itself is accepted
+    assert parse("fifo:1800000000000").packed(2) == struct.pack("<Q", architectures.FQ_HORIZON_NS)
+    # the reference model gets the emulation value too
+    ports = [PortConfig(PS) for _ in range(2)]
+    assert a.reference(ports, tdf=20).max_wait_ns == 5_000_000_000  # type: ignore[attr-defined]
+    assert a.reference(ports).max_wait_ns == 250_000_000  # type: ignore[attr-defined]
+
+
+def test_a_dilated_duration_out_of_range_names_key_value_and_emulation_range():
+    a = parse("fifo:250000000")
+    with pytest.raises(DefinitionError) as e:
+        a.packed(20_000, key="s1.arch")  # 5e12 ns, beyond fq's 3600 s horizon
+    assert (e.value.key, e.value.value) == ("s1.arch.max_wait_ns", 250_000_000)
+    assert "emulation value (x D = 5000000000000 ns) is within 0..3600000000000 ns at D = 20000" in e.value.accepted
+    with pytest.raises(DefinitionError, match=r"'s1\.arch\.max_wait_ns': 1800000000001"):
+        parse("fifo:1800000000001").packed(2, key="s1.arch")
+    with pytest.raises(DefinitionError, match=r"'arch\.max_wait_ns'"):
+        a.reference([PortConfig(PS)], tdf=20_000)
+    with pytest.raises(ValueError, match="time dilation 0.5 < 1"):
+        a.packed(0.5)
+    # the C type bounds a duration without an explicit emulation range
+    d32 = Architecture("d32", 92, "d32", "test", model.NicModel,
+                       params=(ArchParam("t_ns", "a duration", 0, 2**32 - 1, duration=True),))
+    assert Assignment(d32, (("t_ns", 2**31),)).packed(1.99) == struct.pack("<I", round(2**31 * 1.99))
+    with pytest.raises(DefinitionError, match=r"within 0\.\.4294967295 ns at D = 2"):
+        Assignment(d32, (("t_ns", 2**31),)).packed(2)
+    with pytest.raises(ValueError, match="emulation_hi is for a duration only"):
+        ArchParam("n", "n", 0, 9, emulation_hi=5)
+    with pytest.raises(ValueError, match="does not fit a u32"):
+        ArchParam("t", "t", 0, 9, duration=True, emulation_hi=2**32)
+
+
+def test_only_durations_are_dilated_every_other_packing_is_unchanged():
+    """No parameter of the other architectures is a duration for BPF: their packing does
+    not depend on D (obs-edge's Tmax and offset are dilated for its qdisc by
+    mechanism_options; its BPF configuration is not read by the program)."""
+    assert [(a.name, p.name) for a in REGISTRY for p in a.params if p.duration] == [("fifo", "max_wait_ns")]
+    for spec, role in (("hybrid:5", "core"), ("ob:1500", "core"), ("obs-core:10,7", "core"),
+                       ("obs-edge:1000000,100000,5000", "edge")):
+        a = parse(spec, role=role)
+        assert a.packed(1000) == a.packed() == a.arch.pack(a.params), spec
+    program = (EBPF / "arch" / "obs_edge.h").read_text().split("OPTSW_DECIDE(obs_edge)", 1)[1]
+    assert "arch_cfg" not in program, "obs-edge's program reads its configuration: is it a duration now?"
+
+
+def test_fq_horizon_is_the_one_fq_is_installed_with():
+    i = mechanisms.FQ_OPTS.index("horizon")
+    assert mechanisms.FQ_OPTS[i + 1] == f"{architectures.FQ_HORIZON_NS // 10**9}s"
+    assert "horizon_cap" in mechanisms.FQ_OPTS
+
+
 # ---- one source of the architecture codes ----
 
 def test_the_registry_refuses_a_shared_name_code_or_bpf_id():
@@ -209,8 +291,10 @@ class _Node(SimpleNamespace):
     pass
 
 
-def _fabric(monkeypatch, roles: dict[str, str] | None = None):
-    """h1 - s1 - s2 - h2 and h3 on s2; switches hybrid:1 unless ``roles`` says otherwise."""
+def _fabric(monkeypatch, roles: dict[str, str] | None = None, *, tdf: float = 1.0,
+            arch: dict[str, Assignment] | None = None):
+    """h1 - s1 - s2 - h2 and h3 on s2; switches hybrid:1 (or ``arch[name]``) of role core
+    unless ``roles`` says otherwise, at time dilation ``tdf``."""
     links = [("h1", 0, "s1", 0), ("s1", 1, "s2", 0), ("s2", 1, "h2", 0), ("s2", 2, "h3", 0)]
     nports: dict[str, int] = {}
     for a, _, b, _ in links:
@@ -220,7 +304,8 @@ def _fabric(monkeypatch, roles: dict[str, str] | None = None):
     for n, k in nports.items():
         node = _Node(name=n, intfs=[f"{n}-eth{i}" for i in range(k)], netns=f"t-{n}")
         if n.startswith("s"):
-            node.role, node.assignment, node.rate_bps, node.tdf = (roles or {}).get(n, "core"), parse("hybrid:1"), 10e9, 1.0
+            node.role, node.assignment, node.rate_bps, node.tdf = (
+                (roles or {}).get(n, "core"), (arch or {}).get(n, parse("hybrid:1")), 10e9, tdf)
         nodes[n] = node
     emu = SimpleNamespace(token="t", ledger=None, nodes=nodes,
                           port_links=[(a, pa, b, pb, {}) for a, pa, b, pb in links])
@@ -259,6 +344,25 @@ def test_reconfigure_checks_every_node_before_changing_any(monkeypatch, assignme
     with pytest.raises(DefinitionError, match=match):
         fab.reconfigure({"s2": parse("electronic"), **{n: parse(s, role=None) for n, s in assignments.items()}})
     assert written == [] and fab.nodes["s2"].model == "hybrid"
+
+
+def test_the_fabric_configures_each_node_with_its_d(monkeypatch):
+    """The switches' D reaches the BPF configuration: fifo:250000000 at D = 20 is written
+    as 5e9 ns (map writer stubbed: the NodeConfig it is given packs so)."""
+    fab, written, _ = _fabric(monkeypatch, tdf=20.0)
+    fab.reconfigure({"s1": parse("fifo:250000000", role="edge")})
+    cfg = {c.node_id: c for c in written[-1]}
+    assert {i: c.tdf for i, c in cfg.items()} == {i: 20.0 for i in range(5)}  # hosts take their switch's D
+    assert cfg[3].assignment.packed(cfg[3].tdf) == struct.pack("<Q", 5_000_000_000)
+
+
+def test_a_dilated_duration_out_of_range_is_refused_before_anything_changes(monkeypatch):
+    fab, written, _ = _fabric(monkeypatch, tdf=20_000.0)
+    with pytest.raises(DefinitionError, match=r"'s2\.arch\.max_wait_ns': 250000000; accepted: .* at D = 20000"):
+        fab.reconfigure({"s1": parse("fifo:1000"), "s2": parse("fifo:250000000")})
+    assert written == [] and fab.nodes["s1"].model == "hybrid"
+    with pytest.raises(DefinitionError, match=r"'s1\.arch\.max_wait_ns'"):  # a fabric being built: refused too
+        _fabric(monkeypatch, tdf=20_000.0, arch={"s1": parse("fifo:250000000")})
 
 
 def test_a_node_gets_the_mechanism_of_its_architectures_realisation(monkeypatch):

@@ -19,8 +19,8 @@ from testbed.families.e1_fattree import E1FatTree, parse_switch
 from testbed.optical.architectures import parse
 
 REPO = Path(__file__).resolve().parents[2]
-SYNTAX = ("electronic | all-optical | hybrid:N_E | ob:BUFFER_BYTES | sb:BUFFER_BYTES | wcsb:BUFFER_BYTES, "
-          "optionally followed by @INITIAL_RTO")
+SYNTAX = ("electronic | fifo:MAX_WAIT_NS | all-optical | hybrid:N_E | ob:BUFFER_BYTES | sb:BUFFER_BYTES | "
+          "wcsb:BUFFER_BYTES, optionally followed by @INITIAL_RTO")
 
 
 def values(**over):

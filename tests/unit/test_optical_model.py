@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from testbed.errors import DefinitionError
 from testbed.optical import layout
-from testbed.optical.architectures import from_model
+from testbed.optical.architectures import REGISTRY, from_model
 from testbed.optical.layout import BUFFER, CUT, DROP, PortConfig
-from testbed.optical.model import PortModel, erlang_b1
+from testbed.optical.model import FifoModel, PortModel, erlang_b1
 from testbed.optical.routes import next_hops, uniformity_p_value
 
 PS = layout.ps_per_byte(10e9)
@@ -111,3 +113,45 @@ def test_hybrid_buffer_output_is_reserved_only_while_it_emits():
     assert [x.kind for x in d] == [CUT, BUFFER, CUT, BUFFER]
     assert d[1].dep_ns == TAU and d[3].dep_ns == 210 + tau_s  # output 1's packet does not wait for output 0's
     assert sw.bout[0] == [(210 + tau_s, 210 + 2 * tau_s), (TAU, TAU + tau_s)]  # sorted calendar
+
+
+# ---- fifo: store-and-forward with a delay bound (E5's edge nodes) ----
+
+def _fifo(max_wait_ns: int, n: int = 2, tdf: float = 1.0) -> PortModel:
+    return REGISTRY.assignment("fifo", {"max_wait_ns": max_wait_ns}).reference([PortConfig(PS) for _ in range(n)],
+                                                                               tdf=tdf)
+
+
+def test_fifo_admits_a_wait_of_exactly_max_wait_and_drops_longer_ones():
+    """Five packets at once for one output, max_wait = 2 tau, by hand: each is received
+    at tau; they would leave at tau, 2 tau, 3 tau, 4 tau, 5 tau, i.e. wait 0, tau,
+    2 tau (the tie: admitted), 3 tau, 4 tau (dropped). One ns less and the third goes."""
+    sw = _fifo(2 * TAU)
+    got = [sw.offer(0, 9064, 0) for _ in range(5)]
+    assert [(d.kind, d.dep_ns) for d in got] == [(BUFFER, TAU), (BUFFER, 2 * TAU), (BUFFER, 3 * TAU),
+                                                 (DROP, None), (DROP, None)]
+    assert (sw.state[0].buffered, sw.state[0].dropped, sw.state[0].out_free_ns) == (3, 2, 4 * TAU)
+    sw = _fifo(2 * TAU - 1)
+    assert [sw.offer(0, 9064, 0).kind for _ in range(5)] == [BUFFER, BUFFER, DROP, DROP, DROP]
+
+
+def test_fifo_drop_leaves_the_output_as_it_was():
+    """A dropped packet does not reserve the output: the next arrival's departure is
+    computed from the last admitted packet's, and outputs are independent."""
+    sw = _fifo(0)
+    assert sw.offer(0, 9064, 0).dep_ns == TAU        # waits 0: admitted, output busy until 2 tau
+    assert sw.offer(10, 9064, 0).kind == DROP        # would leave at 2 tau, received at 10 + tau
+    assert sw.state[0].out_free_ns == 2 * TAU
+    assert sw.offer(TAU, 9064, 0).dep_ns == 2 * TAU  # received exactly when the output frees: no wait
+    assert sw.offer(10, 9064, 1).dep_ns == 10 + TAU  # another output
+
+
+def test_fifo_with_a_long_bound_is_electronic_and_works_in_the_units_it_is_given():
+    rng = random.Random(4)
+    trace = sorted((rng.randrange(0, 40 * TAU), rng.choice((9064, 64)), rng.randrange(2)) for _ in range(200))
+    fifo, elec = _fifo(10**12), _sw("electronic")
+    assert [fifo.offer(*p) for p in trace] == [elec.offer(*p) for p in trace]
+    # a node at D = 20: the model is given the emulation value, paper ns x D
+    assert _fifo(250_000_000, tdf=20).max_wait_ns == 5_000_000_000  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="max_wait_ns -1 < 0"):
+        FifoModel([PortConfig(PS)], -1)
