@@ -4,7 +4,7 @@
  *
  *   sockops_load attach --cgroup DIR --netns NAME|PATH --pin-dir PINDIR
  *                [--init-rto-jiffies N] [--rto-min-us N] [--delack-max-us N]
- *                [--sndcwnd-clamp SEGMENTS]
+ *                [--sndcwnd-clamp SEGMENTS] [--pacing]
  *   sockops_load stats --pin-dir PINDIR    (counters of the attached program)
  *
  * attach: reads the netns cookie of the host's network namespace (a socket made
@@ -15,6 +15,9 @@
  * one JSON line; errors name the failing step on stderr (exit 1; usage exit 2).
  * Only the network namespace is switched (setns CLONE_NEWNET), never the mount
  * namespace, so bpffs pins stay visible.
+ *
+ * --pacing turns TCP's internal pacing on for the host's connections (the program sets
+ * SO_MAX_PACING_RATE = TCP_RTO_MAX_PACING_RATE when they are established; tcp_rto.bpf.c).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -56,7 +59,7 @@ static int usage(void)
 	fputs("usage:\n"
 	      "  sockops_load attach --cgroup DIR --netns NAME|PATH --pin-dir PINDIR\n"
 	      "               [--init-rto-jiffies N] [--rto-min-us N] [--delack-max-us N]\n"
-	      "               [--sndcwnd-clamp SEGMENTS]\n"
+	      "               [--sndcwnd-clamp SEGMENTS] [--pacing]\n"
 	      "  sockops_load stats --pin-dir PINDIR\n", stderr);
 	return 2;
 }
@@ -119,7 +122,8 @@ out:
 }
 
 static int cmd_attach(const char *cgroup, const char *netns, const char *pin,
-		      __u32 init_rto, __u32 rto_min, __u32 delack_max, __u32 cwnd_clamp)
+		      __u32 init_rto, __u32 rto_min, __u32 delack_max, __u32 cwnd_clamp,
+		      __u32 pacing)
 {
 	char stats_pin[PATH_MAX], link_pin[PATH_MAX];
 	struct tcp_rto_bpf *skel;
@@ -157,6 +161,7 @@ static int cmd_attach(const char *cgroup, const char *netns, const char *pin,
 	skel->rodata->tb_rto_min_us = rto_min;
 	skel->rodata->tb_delack_max_us = delack_max;
 	skel->rodata->tb_sndcwnd_clamp = cwnd_clamp;
+	skel->rodata->tb_pacing = pacing;
 	err = tcp_rto_bpf__load(skel);
 	if (err) {
 		fail("loading tcp_rto (verifier or kernel refused it): %s", strerror(-err));
@@ -180,8 +185,9 @@ static int cmd_attach(const char *cgroup, const char *netns, const char *pin,
 	}
 	printf("{\"pin_dir\": \"%s\", \"netns_cookie\": %llu, "
 	       "\"init_rto_jiffies\": %u, \"rto_min_us\": %u, \"delack_max_us\": %u, "
-	       "\"sndcwnd_clamp\": %u}\n",
-	       pin, (unsigned long long)cookie, init_rto, rto_min, delack_max, cwnd_clamp);
+	       "\"sndcwnd_clamp\": %u, \"pacing\": %s, \"max_pacing_rate\": %u}\n",
+	       pin, (unsigned long long)cookie, init_rto, rto_min, delack_max, cwnd_clamp,
+	       pacing ? "true" : "false", pacing ? TCP_RTO_MAX_PACING_RATE : 0);
 	bpf_link__disconnect(link);
 	bpf_link__destroy(link);
 out:
@@ -195,7 +201,8 @@ out:
 static int cmd_stats(const char *pin)
 {
 	static const char *names[TCP_RTO_STAT_MAX] = {
-		"timeout_init", "rto_min", "delack_max", "setsockopt_errors", "sndcwnd_clamp"};
+		"timeout_init", "rto_min", "delack_max", "setsockopt_errors", "sndcwnd_clamp",
+		"pacing"};
 	char stats_pin[PATH_MAX];
 	int fd;
 
@@ -233,10 +240,11 @@ int main(int argc, char **argv)
 		{"rto-min-us", required_argument, NULL, 'm'},
 		{"delack-max-us", required_argument, NULL, 'd'},
 		{"sndcwnd-clamp", required_argument, NULL, 'w'},
+		{"pacing", no_argument, NULL, 'P'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *cgroup = NULL, *netns = NULL, *pin = NULL, *cmd;
-	__u32 init_rto = 0, rto_min = 0, delack_max = 0, cwnd_clamp = 0;
+	__u32 init_rto = 0, rto_min = 0, delack_max = 0, cwnd_clamp = 0, pacing = 0;
 	int c;
 
 	if (argc < 2)
@@ -252,6 +260,7 @@ int main(int argc, char **argv)
 		case 'm': if (parse_u32("rto-min-us", optarg, TCP_RTO_MIN_US_MAX, &rto_min)) return 2; break;
 		case 'd': if (parse_u32("delack-max-us", optarg, TCP_DELACK_MAX_US_MAX, &delack_max)) return 2; break;
 		case 'w': if (parse_u32("sndcwnd-clamp", optarg, TCP_SNDCWND_CLAMP_MAX, &cwnd_clamp)) return 2; break;
+		case 'P': pacing = 1; break;
 		default: return usage();
 		}
 	}
@@ -259,7 +268,8 @@ int main(int argc, char **argv)
 		return usage();
 	libbpf_set_strict_mode(LIBBPF_STRICT_ALL);
 	if (!strcmp(cmd, "attach"))
-		return cmd_attach(cgroup, netns, pin, init_rto, rto_min, delack_max, cwnd_clamp);
+		return cmd_attach(cgroup, netns, pin, init_rto, rto_min, delack_max, cwnd_clamp,
+				  pacing);
 	if (!strcmp(cmd, "stats"))
 		return cmd_stats(pin);
 	return usage();

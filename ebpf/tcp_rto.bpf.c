@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: (MIT OR GPL-2.0)
 /*
- * tcp_rto: per-host TCP timers for the congestion-control profiles.
+ * tcp_rto: per-host TCP timers, maximum window and pacing for the congestion-control
+ * profiles.
  *
  * A sock_ops program attached (with BPF_F_ALLOW_MULTI, through a bpf_link) to a
  * cgroup v2 that holds the emulation's processes. It acts only on sockets of ONE
@@ -30,6 +31,25 @@
  *                                   would apply a route `cwnd lock`, skipped with
  *                                   tcp_no_metrics_save) and before the congestion
  *                                   module's .init and the first data segment.
+ *   ACTIVE_ESTABLISHED / PASSIVE_ESTABLISHED, when tb_pacing
+ *                                   bpf_setsockopt(SOL_SOCKET, SO_MAX_PACING_RATE,
+ *                                   TCP_RTO_MAX_PACING_RATE): any value but ~0U moves
+ *                                   sk_pacing_status from NONE to NEEDED (6.1
+ *                                   net/core/sock.c sk_setsockopt), which turns TCP's
+ *                                   internal pacing on: each data skb is stamped with
+ *                                   its earliest departure (EDT, tcp_wstamp_ns advanced
+ *                                   by len / sk_pacing_rate in tcp_update_skb_after_send)
+ *                                   and tcp_write_xmit holds the next one on an hrtimer
+ *                                   until then (tcp_pacing_check); sk_pacing_rate stays
+ *                                   the kernel's ratio x cwnd x mss / srtt
+ *                                   (tcp_update_pacing_rate), the cap being far above
+ *                                   it. No qdisc is needed (fq would set
+ *                                   SK_PACING_FQ and pace instead). Not at TCP_CONNECT:
+ *                                   these callbacks already come before the first data
+ *                                   segment (and the kernel paces none of the first 10
+ *                                   data segments anyway), and a passive socket has no
+ *                                   earlier full socket (its SYN-ACK is sent from a
+ *                                   request socket, where bpf_setsockopt refuses).
  * A zero rodata value leaves that setting at the kernel default. Always returns 1.
  *
  * The rodata names carry a tb_ prefix: vmlinux.h has clashing plain names.
@@ -41,12 +61,19 @@
 #ifndef SOL_TCP
 #define SOL_TCP 6
 #endif
+#ifndef SOL_SOCKET
+#define SOL_SOCKET 1
+#endif
+#ifndef SO_MAX_PACING_RATE
+#define SO_MAX_PACING_RATE 47
+#endif
 
 const volatile __u64 tb_netns_cookie = 0;
 const volatile __u32 tb_init_rto_jiffies = 0;
 const volatile __u32 tb_rto_min_us = 0;
 const volatile __u32 tb_delack_max_us = 0;
 const volatile __u32 tb_sndcwnd_clamp = 0;
+const volatile __u32 tb_pacing = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -63,13 +90,14 @@ static __always_inline void count(__u32 stat)
 		__sync_fetch_and_add(v, 1);
 }
 
-static __always_inline void set_opt(struct bpf_sock_ops *skops, int opt, __u32 value, __u32 stat)
+static __always_inline void set_opt(struct bpf_sock_ops *skops, int level, int opt, __u32 value,
+				    __u32 stat)
 {
 	int v = (int)value;
 
 	if (!value)
 		return;
-	if (bpf_setsockopt(skops, SOL_TCP, opt, &v, sizeof(v)))
+	if (bpf_setsockopt(skops, level, opt, &v, sizeof(v)))
 		count(TCP_RTO_STAT_SETSOCKOPT_ERR);
 	else
 		count(stat);
@@ -91,11 +119,15 @@ int tcp_rto(struct bpf_sock_ops *skops)
 	case BPF_SOCK_OPS_TCP_CONNECT_CB:
 	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
 	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
-		set_opt(skops, TCP_BPF_RTO_MIN, tb_rto_min_us, TCP_RTO_STAT_RTO_MIN);
-		set_opt(skops, TCP_BPF_DELACK_MAX, tb_delack_max_us, TCP_RTO_STAT_DELACK_MAX);
-		if (skops->op != BPF_SOCK_OPS_TCP_CONNECT_CB)
-			set_opt(skops, TCP_BPF_SNDCWND_CLAMP, tb_sndcwnd_clamp,
-				TCP_RTO_STAT_SNDCWND_CLAMP);
+		set_opt(skops, SOL_TCP, TCP_BPF_RTO_MIN, tb_rto_min_us, TCP_RTO_STAT_RTO_MIN);
+		set_opt(skops, SOL_TCP, TCP_BPF_DELACK_MAX, tb_delack_max_us, TCP_RTO_STAT_DELACK_MAX);
+		if (skops->op == BPF_SOCK_OPS_TCP_CONNECT_CB)
+			break;
+		set_opt(skops, SOL_TCP, TCP_BPF_SNDCWND_CLAMP, tb_sndcwnd_clamp,
+			TCP_RTO_STAT_SNDCWND_CLAMP);
+		if (tb_pacing)
+			set_opt(skops, SOL_SOCKET, SO_MAX_PACING_RATE, TCP_RTO_MAX_PACING_RATE,
+				TCP_RTO_STAT_PACING);
 		break;
 	default:
 		break;

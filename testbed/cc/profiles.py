@@ -147,6 +147,9 @@ class Profile:
     see :meth:`max_window_settings`), ``mss`` (TCP payload bytes per full segment,
     88..8948 and at most MTU - 52: route ``advmss`` = mss + 12 (timestamp option) on
     the host's routes; see :meth:`mss_settings`).
+
+    A profile may have options of its own (e.g. ``paced-reno``'s ``pacer``, one of a
+    fixed set of words: ``options_spec`` maps it to the tuple of accepted values).
     """
 
     name: ClassVar[str] = ""
@@ -162,7 +165,7 @@ class Profile:
     quickack: ClassVar[bool] = False
     #: route attribute initcwnd (None: kernel default 10); option initial_window overrides
     initcwnd: ClassVar[int | None] = None
-    #: options accepted: name -> Dim or "int"
+    #: options accepted: name -> Dim, "int", or a tuple of the accepted words
     options_spec: ClassVar[dict[str, Any]] = {"init_rto": Dim.TIME, "rto_min": Dim.TIME,
                                               "initial_window": "int", "quickack": "int",
                                               "max_window": "int", "mss": "int"}
@@ -183,7 +186,11 @@ class Profile:
                 raise DefinitionError(f"{key}.{k}", v, f"options of profile {cls.name!r}: "
                                       + ", ".join(sorted(cls.options_spec)))
             spec = cls.options_spec[k]
-            if spec == "int":
+            if isinstance(spec, tuple):
+                if not isinstance(v, str) or v not in spec:
+                    raise DefinitionError(f"{key}.{k}", v, "one of " + ", ".join(spec))
+                out[k] = v
+            elif spec == "int":
                 if isinstance(v, bool) or not isinstance(v, int):
                     raise DefinitionError(f"{key}.{k}", v, "an integer")
                 lo, hi = cls.int_bounds(k)
@@ -389,13 +396,14 @@ class Profile:
             routes = host_routes(host)
             self._undo.append(("routes", host, routes))
             change_routes(host, [[*route, *attrs] for route in routes])
-        # 4. initial RTO and maximum window (sock_ops, per netns)
-        if "init_rto" in s or "max_window" in s:
+        # 4. initial RTO, maximum window and TCP's internal pacing (sock_ops, per netns)
+        pacing = self.sockops_pacing()
+        if "init_rto" in s or "max_window" in s or pacing:
             pin = PIN_ROOT / f"{host.emu.token}-cc" / host.name
             info = sockops.attach(ledger, netns=host.netns, pin_dir=pin,
                                   init_rto_jiffies=s["init_rto"]["jiffies"] if "init_rto" in s else 0,
-                                  sndcwnd_clamp=s.get("max_window", {}).get("segments", 0))
-            for key in ("init_rto", "max_window"):
+                                  sndcwnd_clamp=s.get("max_window", {}).get("segments", 0), pacing=pacing)
+            for key in ("init_rto", "max_window", *(("pacing",) if pacing else ())):
                 if key in s:
                     s[key]["netns_cookie"] = info["netns_cookie"]
                     s[key]["pin_dir"] = str(pin)
@@ -403,6 +411,12 @@ class Profile:
         self.extra_apply(host, s)
         self._host = host
         return s
+
+    def sockops_pacing(self) -> bool:
+        """Whether the host's sock_ops program turns TCP's internal pacing on for its
+        connections (sockops.attach(pacing=True)); then settings() has a ``pacing`` record,
+        which apply() completes with the program's ``netns_cookie`` and ``pin_dir``."""
+        return False
 
     def extra_apply(self, host: Any, settings: dict[str, Any]) -> None:
         """Hook for subclasses (e.g. fq for paced-reno); append undo steps to _undo."""
@@ -504,28 +518,85 @@ class Bbr(Profile):
 
 
 class PacedReno(Reno):
-    """Reno paced at cwnd/srtt: fq on the host's NIC and tcp_pacing_ss_ratio =
-    tcp_pacing_ca_ratio = 100 (the kernel's defaults are 200 / 120).
+    """Reno paced at cwnd/srtt: tcp_pacing_ss_ratio = tcp_pacing_ca_ratio = 100 (the
+    kernel's defaults are 200 / 120), so the pacing rate is cwnd x mss / srtt and each
+    window is spread over an RTT. Option ``pacer`` chooses who holds the packets:
 
-    fq replaces the host interface's root qdisc, or, when the link is shaped on the
-    host's side without netem, the pfifo leaf under HTB. A host interface with
-    netem cannot also have fq: apply() refuses (shape the switch side instead).
+    * ``"fq"`` (default): the fq qdisc on the host's NIC. fq replaces the host
+      interface's root qdisc, or, when the link is shaped on the host's side without
+      netem, the pfifo leaf under HTB. A host interface with netem cannot also have fq:
+      apply() refuses (shape the switch side instead). fq adds its per-flow scheduling
+      (round robin, quantum 2 MTU) and its own horizon / flow limits.
+    * ``"tcp"``: TCP's internal pacing, turned on per connection by the host's sock_ops
+      program (SO_MAX_PACING_RATE, ``ebpf/tcp_rto.bpf.c``); the host's qdiscs are left as
+      they are (on the optical fabric the NIC model ``hostnic`` stays). The socket stamps
+      each data skb with its earliest departure time (EDT) at the same rate and holds the
+      next one on an hrtimer until then; the next qdisc (hostnic, via the fabric's host
+      egress program, which takes max(now, stamp) as the packet's arrival) honours the
+      stamp. TSO autosizing is told to build one segment per skb at the paper's rates
+      (tcp_min_tso_segs = 1, kernel 2; tcp_tso_rtt_log = 0: no extra 64 KB >> (min RTT /
+      512 us) per skb): each skb then holds max(1, pacing rate x 1 ms / mss) segments,
+      so a window leaves segment by segment rather than in pairs.
+
+    Both: the kernel does not pace the first 10 data segments of a connection
+    (tcp_update_skb_after_send, "original sch_fq does not pace first 10 MSS").
+    settings() records which pacer ran (``pacer``) and how (``pacing``).
     """
 
     name = "paced-reno"
-    doc = "reno + fq, pacing rate = cwnd/srtt (pacing ratios 100 %)"
+    doc = "reno paced at cwnd/srtt (pacing ratios 100 %) by fq on the host NIC or by TCP itself (option pacer)"
     sysctls = {"tcp_pacing_ss_ratio": "100", "tcp_pacing_ca_ratio": "100"}
-    differences = ("Linux paces at ratio x cwnd/srtt from the current srtt; fq adds "
-                   "its flow scheduling (quantum 2 MTU) on the host NIC",)
+    #: option ``pacer``: fq on the host NIC (today's default) or TCP's internal pacing
+    PACERS: ClassVar[tuple[str, ...]] = ("fq", "tcp")
+    #: sysctls of pacer "tcp": one segment per skb below 1 ms x pacing rate (see the docstring)
+    TCP_PACER_SYSCTLS: ClassVar[dict[str, str]] = {"tcp_min_tso_segs": "1", "tcp_tso_rtt_log": "0"}
+    options_spec = {**Profile.options_spec, "pacer": PACERS}
+    differences = ("Linux paces at ratio x cwnd x mss / srtt from the current srtt, and not the first 10 data "
+                   "segments of a connection",)
+
+    def pacer(self) -> str:
+        """The pacer chosen: ``fq`` or ``tcp``."""
+        return self.options.get("pacer", "fq")
+
+    def sockops_pacing(self) -> bool:
+        return self.pacer() == "tcp"
+
+    def settings(self, tdf: TimeDilation, link_rate_bps: float | None = None, mtu: int = 1500,
+                 hz: int = 250) -> dict[str, Any]:
+        s = super().settings(tdf, link_rate_bps, mtu, hz)
+        rate = "tcp_pacing_ss_ratio / tcp_pacing_ca_ratio 100 % x cwnd x mss / srtt"
+        s["pacer"] = self.pacer()
+        if s["pacer"] == "tcp":
+            s["sysctls"].update({f"net.ipv4.{k}": v for k, v in self.TCP_PACER_SYSCTLS.items()})
+            s["pacing"] = {
+                "pacer": "tcp", "rate": rate, "qdisc": "the host's own, unchanged",
+                "max_pacing_rate_bytes_per_s": sockops.MAX_PACING_RATE_BYTES_PER_S,
+                "mechanism": "TCP's internal pacing (sk_pacing_status NEEDED: EDT stamps and an hrtimer in "
+                             "tcp_write_xmit), turned on by the host's sock_ops program with SO_MAX_PACING_RATE "
+                             f"= {sockops.MAX_PACING_RATE_BYTES_PER_S} B/s (a cap above every emulated link) at "
+                             "ACTIVE/PASSIVE_ESTABLISHED; one segment per skb below 1 ms x pacing rate "
+                             "(tcp_min_tso_segs 1, tcp_tso_rtt_log 0)"}
+            s["differences"].append(
+                "pacer tcp: TCP's internal pacing (EDT stamps, hrtimer) on the host's own NIC qdisc, which "
+                "serves the packets in their order (no per-flow scheduling as fq's)")
+        else:
+            s["pacing"] = {"pacer": "fq", "rate": rate, "qdisc": "fq replaces the host NIC's qdisc",
+                           "mechanism": "the fq qdisc paces each flow at the socket's sk_pacing_rate "
+                                        "(sk_pacing_status FQ; TCP stamps, fq holds)"}
+            s["differences"].append("pacer fq: fq adds its flow scheduling (quantum 2 MTU) and its horizon "
+                                    "on the host NIC")
+        return s
 
     def extra_apply(self, host: Any, settings: dict[str, Any]) -> None:
+        if self.pacer() == "tcp":
+            return  # the sock_ops program paces (Profile.apply step 4); qdiscs untouched
         ledger = host.emu.ledger
         for intf in host.intfs:
             qd = host.run(["tc", "qdisc", "show", "dev", intf]).stdout
             if "netem" in qd:
                 raise modules.CongestionControlError(
                     f"paced-reno on {host.name}: {intf} has netem, which cannot be combined with fq; "
-                    "shape the link on the switch side")
+                    "shape the link on the switch side, or use pacer = \"tcp\"")
             if " htb " in qd or qd.startswith("qdisc htb"):
                 where = ["parent", "1:1", "handle", "10:"]
                 ledger.add("qdisc", dev=intf, netns=host.netns, parent="1:1")

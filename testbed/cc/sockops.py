@@ -1,4 +1,4 @@
-"""Per-host initial RTO and maximum congestion window through the ``tcp_rto`` sock_ops program.
+"""Per-host initial RTO, maximum congestion window and TCP pacing through the ``tcp_rto`` sock_ops program.
 
 sock_ops programs attach to a cgroup (v2), not to a network namespace, and the
 testbed's processes all live in the cgroup of whoever started the run. So the
@@ -13,6 +13,11 @@ Kernel units: the initial RTO reply of ``BPF_SOCK_OPS_TIMEOUT_INIT`` is in jiffi
 so emulation times are rounded *up* to whole jiffies (CONFIG_HZ of the running
 kernel). ``TCP_BPF_RTO_MIN`` refuses values below 2 jiffies; the profiles therefore
 set the minimum RTO with the route attribute ``rto_min`` (locked by iproute2) (1 jiffy) instead.
+
+Pacing: with ``pacing`` the program sets SO_MAX_PACING_RATE to
+:data:`MAX_PACING_RATE_BYTES_PER_S` on every connection of the host when it is
+established, which turns on TCP's internal pacing (EDT stamps and an hrtimer, no qdisc
+needed) at the kernel's own rate; ``ebpf/tcp_rto.bpf.c`` says how.
 """
 
 from __future__ import annotations
@@ -30,6 +35,10 @@ from testbed.errors import CommandError, TestbedError
 from testbed.ledger import Ledger
 
 LOADER = EBPF_DIR / "sockops_load"
+#: SO_MAX_PACING_RATE the program sets with ``pacing`` (bytes/s; TCP_RTO_MAX_PACING_RATE of
+#: ebpf/tcp_rto.h): the largest finite value bpf_setsockopt() takes, 34.4 Gbit/s, so it
+#: turns pacing on without capping the kernel's rate below any emulated link's.
+MAX_PACING_RATE_BYTES_PER_S = 0xFFFFFFFE
 
 
 class SockopsError(TestbedError):
@@ -67,14 +76,18 @@ def cgroup2_root() -> Path:
 
 
 def attach(ledger: Ledger, *, netns: str, pin_dir: Path, init_rto_jiffies: int = 0,
-           rto_min_us: int = 0, delack_max_us: int = 0, sndcwnd_clamp: int = 0) -> dict[str, Any]:
+           rto_min_us: int = 0, delack_max_us: int = 0, sndcwnd_clamp: int = 0,
+           pacing: bool = False) -> dict[str, Any]:
     """Attach ``tcp_rto`` for the sockets of ``netns``; returns the loader's JSON.
 
     ``init_rto_jiffies``: reply to TIMEOUT_INIT; ``rto_min_us`` / ``delack_max_us``:
     TCP_BPF_RTO_MIN / TCP_BPF_DELACK_MAX at connect and establishment;
     ``sndcwnd_clamp``: maximum congestion window in segments (TCP_BPF_SNDCWND_CLAMP at
-    establishment, 1..65535). 0 leaves a setting at the kernel's default. Raises
-    SockopsError when the loader is missing or refuses (its message names the step)."""
+    establishment, 1..65535); ``pacing``: TCP's internal pacing on for the host's
+    connections (SO_MAX_PACING_RATE = MAX_PACING_RATE_BYTES_PER_S at establishment; the
+    JSON then has ``pacing: true`` and ``max_pacing_rate``). 0 / False leaves a setting at
+    the kernel's default. Raises SockopsError when the loader is missing or refuses (its
+    message names the step; a loader built before ``--pacing`` refuses the option)."""
     if not LOADER.exists():
         raise SockopsError(f"{LOADER} is not built: run `make -C {EBPF_DIR}` (or make setup)")
     if PIN_ROOT not in pin_dir.parents:
@@ -86,6 +99,8 @@ def attach(ledger: Ledger, *, netns: str, pin_dir: Path, init_rto_jiffies: int =
             "--rto-min-us", str(rto_min_us), "--delack-max-us", str(delack_max_us)]
     if sndcwnd_clamp:   # only when asked: a loader built before the option still serves the rest
         argv += ["--sndcwnd-clamp", str(sndcwnd_clamp)]
+    if pacing:
+        argv.append("--pacing")
     try:
         out = cmd.run(argv)
     except CommandError as exc:
@@ -94,6 +109,7 @@ def attach(ledger: Ledger, *, netns: str, pin_dir: Path, init_rto_jiffies: int =
 
 
 def stats(pin_dir: Path) -> dict[str, int]:
-    """How often the host's program answered TIMEOUT_INIT / set options."""
+    """How often the host's program answered TIMEOUT_INIT / set options (``pacing``:
+    connections whose internal pacing it turned on; ``setsockopt_errors``: refusals)."""
     out = cmd.run([str(LOADER), "stats", "--pin-dir", str(pin_dir)])
     return json.loads(out.stdout)

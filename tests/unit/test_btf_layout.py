@@ -27,6 +27,7 @@ import pytest
 
 from testbed import bpf
 from testbed.btf import Btf, BtfError
+from testbed.cc import sockops
 from testbed.optical import architectures, layout
 
 EBPF = bpf.EBPF_DIR
@@ -401,4 +402,10 @@ def test_tcp_rto_stats_map_is_what_sockops_load_reads(tcp_rto):
     m = tcp_rto.maps()["tcp_rto_stats"]
     assert (m.key_type, m.value_type, m.key_size, m.value_size) == ("__u32", "__u64", 4, 8)
     assert set(tcp_rto.rodata()) == {"tb_netns_cookie", "tb_init_rto_jiffies", "tb_rto_min_us",
-                                     "tb_delack_max_us", "tb_sndcwnd_clamp"}
+                                     "tb_delack_max_us", "tb_sndcwnd_clamp", "tb_pacing"}
+
+
+def test_tcp_rto_pacing_cap_is_the_one_the_profile_records():
+    """The SO_MAX_PACING_RATE the program sets (tcp_rto.h) is the value settings() records."""
+    m = _macros(EBPF / "tcp_rto.h")
+    assert m["TCP_RTO_MAX_PACING_RATE"] == sockops.MAX_PACING_RATE_BYTES_PER_S == 2**32 - 2
