@@ -61,7 +61,7 @@ def test_listing_families_imports_none_and_loading_one_imports_only_it():
 def test_an_unknown_family_is_a_definition_error_listing_the_names():
     with pytest.raises(DefinitionError) as exc:
         definition.validate({"experiment": {"name": "t", "family": "e9-nothing"}})
-    assert exc.value.key == "experiment.family" and "e1-fattree, e2-obs, e3-leafspine, e4-flowmove, netem-path" in exc.value.accepted
+    assert exc.value.key == "experiment.family" and "e1-fattree, e2-obs, e3-leafspine, e4-flowmove, e5-optram, netem-path" in exc.value.accepted
 
 
 def test_the_old_kind_key_says_what_it_is_now():

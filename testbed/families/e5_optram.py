@@ -1,0 +1,368 @@
+"""``e5-optram``: E5, very small optical RAM in the core of an optical packet-switched
+mesh, standard and paced TCP Reno (Alparslan, Arakawa, Murata, "Comparison of Packet
+Switch Architectures and Pacing Algorithms for Very Small Optical RAM", III-A and III-B;
+spec ``../shared/spec/e5-optical-ram-pacing.md``; docs/e5.md).
+
+NSFNET (topologies/nsfnet.py: 14 core nodes, the paper's Fig. 3 delays, one edge node
+per core node at 0.1 ms, one host behind each edge node). Core nodes have the point's
+optical RAM architecture (``ob``, ``sb``, ``wcsb``: testbed/optical/architectures.py)
+with B bytes per link, edge nodes a store-and-forward FIFO holding at most 0.25 s
+(``fifo``). Every link runs at the paper's 1 Gb/s (divided by ``scale``). TCP Reno flows
+enter between uniformly random pairs of hosts at Poisson instants during the run (1586
+over 40 s), each limited to a congestion window of 20 segments and running until the
+end; the summary measures the last ``window`` (5 s).
+
+**Scale.** ``scale`` s divides every link's rate and the number of flows by s (the
+network's load per link in flows is then the paper's; delays, B, the window limit and
+the packet size are unchanged). A flow's share of a link, in paper units, is the
+paper's; the packet times are s times longer, so a B of k packets drains in s times the
+paper's time. Whether per-flow goodput is invariant under this scaling is an open check
+(docs/e5.md, "Scale").
+
+**Packets.** TCP timestamps off, MTU 1500: a full segment carries 1460 B in a 1500 B IP
+packet (the paper's "MSS 1500 Bytes" IP datagram) and a 1514 B frame; the optical RAM
+counts IP bytes (docs/e5.md).
+
+**Routing.** Minimum-hop paths, one per flow (a hash of its addresses and ports picks
+among equal ones): no reordering, as the paper's single static route per pair.
+
+**Pacing.** ``pacing = "none"``: profile ``reno``; ``"tcp"``: profile ``paced-reno``
+(pacing rate = cwnd / srtt, the sender spreads each window over an RTT; TCP's own
+pacing, because the hosts' NIC qdisc is the fabric's NIC model). XCP edge pacing is not
+built yet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import statistics
+from collections.abc import Hashable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from testbed.cc.lossdetect import SUMMARY_METRICS
+from testbed.context import EMULATION_METRICS, emulation_columns, read_point_json
+from testbed.dilation import TimeDilation
+from testbed.errors import DefinitionError
+from testbed.experiment import Definition, Param
+from testbed.family import Analysis
+from testbed.flow_family import FlowFamily, FlowPoint, TrafficPlan
+from testbed.metrics import Metric
+from testbed.units import Dim
+
+if TYPE_CHECKING:
+    from mininet.topo import Topo
+
+    from testbed.traffic import Schedule, TrafficResult
+
+#: segment payload, IP packet and Ethernet frame of a full segment (bytes; timestamps off)
+MSS = 1460
+IP_PACKET = 1500
+FRAME = IP_PACKET + 14
+#: the core architectures E5 compares (input buffering, ``ib``, is not built yet)
+ARCHS = ("ob", "sb", "wcsb")
+#: sender behaviours: none (the ``cca`` profile) or tcp (paced Reno)
+PACINGS = ("none", "tcp")
+#: the congestion-control profiles a standard sender may run (paper: Reno)
+CCAS = ("reno", "sack", "cubic")
+TOPOLOGIES = ("nsfnet",)
+
+
+def core_spec(values: dict[str, Any]) -> str:
+    """The core nodes' architecture: ``<arch>:<B in bytes>``."""
+    return f"{values['arch']}:{round(values['buffer'].si)}"
+
+
+def edge_spec(values: dict[str, Any]) -> str:
+    """The edge nodes' architecture: a store-and-forward FIFO holding at most
+    ``edge_buffer`` (paper ns)."""
+    return f"fifo:{round(values['edge_buffer'].si * 1e9)}"
+
+
+def profile_name(values: dict[str, Any]) -> str:
+    """The senders' congestion-control profile: ``cca``, or ``paced-reno`` for paced
+    senders (check() accepts pacing = tcp with cca = reno only)."""
+    return "paced-reno" if values["pacing"] == "tcp" else values["cca"]
+
+
+def scaled_flows(values: dict[str, Any]) -> int:
+    """The flows emulated: round(flows / scale), at least 2."""
+    return max(2, round(values["flows"] / values["scale"]))
+
+
+def scaled_rate_bps(values: dict[str, Any]) -> float:
+    """Every link's rate, paper bit/s: rate / scale."""
+    return values["rate"].si / values["scale"]
+
+
+class E5OpticalRam(FlowFamily):
+    name = "e5-optram"
+    doc = "E5: optical RAM architectures (OB, SB, WCSB) x buffer per link x pacing, TCP Reno flows on NSFNET"
+    count_ports = False
+    params = (
+        Param("topology", "choice", "nsfnet", "the mesh: NSFNET (14 core nodes, paper Fig. 3)", choices=TOPOLOGIES),
+        Param("arch", "choice", "sb", "core nodes' optical RAM architecture: ob (B per output), sb (one memory of "
+              "ports x B per node), wcsb (one memory of B per node)", choices=ARCHS),
+        Param("buffer", Dim.SIZE, "15 kB", "B, optical RAM per link in IP datagram bytes (paper: below 1 MSS to "
+              "1 MB; 1500 B = one full packet)", lo=0, hi=1e9),
+        Param("pacing", "choice", "none", "senders: none (standard TCP) or tcp (paced Reno: each window over an "
+              "RTT; needs cca = reno)", choices=PACINGS),
+        Param("cca", "choice", "reno", "congestion-control profile of standard senders (paper: Reno)",
+              choices=CCAS),
+        Param("flows", "int", 1586, "TCP flows entering at Poisson instants during the run (paper: 1586)",
+              lo=2, hi=100_000),
+        Param("scale", "int", 1, "scale s: link rates and the number of flows divided by s (1 = the paper's)",
+              lo=1, hi=10_000),
+        Param("rate", Dim.RATE, "1 Gbit/s", "every link's rate at scale 1 (paper: 1 Gb/s)", lo=0, lo_open=True,
+              hi=100e9),
+        Param("duration", Dim.TIME, "40 s", "run length; flows enter during all of it (paper: 40 s)",
+              lo=0, lo_open=True, hi=3600),
+        Param("window", Dim.TIME, "5 s", "the measured last part of the run (paper: 5 s)", lo=0, lo_open=True,
+              hi=3600),
+        Param("cwnd_limit", "int", 20, "largest congestion window in segments (paper: 20)", lo=1, hi=65535),
+        Param("edge_buffer", Dim.TIME, "250 ms", "edge nodes' electronic buffer, as the longest wait "
+              "(paper: 0.25 s)", lo=0, hi=3600),
+        Param("bin", Dim.TIME, "500 ms", "interval of the throughput series", lo=0, lo_open=True, hi=3600),
+    )
+    metrics = (
+        Metric("goodput_per_flow_Bps", "B/s", "average flow goodput: mean over the flows that started before the "
+               "window of their payload bytes received in it / window"),
+        Metric("goodput_per_flow_median_Bps", "B/s", "median of the same"),
+        Metric("flows_started", "count", "flows emulated (flows / scale)"),
+        Metric("flows_measured", "count", "flows that started before the window (the average's flows)"),
+        Metric("flows_failed", "count", "flows that failed (connect or send error)"),
+        Metric("core_packets", "count", "packets the core nodes decided on during the window (cut through, "
+               "buffered or dropped; a packet once per core node it reaches)"),
+        Metric("core_drop_rate", "1", "core drops / core packets during the window"),
+        Metric("core_drop_rate_run", "1", "the same over the whole run"),
+        Metric("core_buffered_fraction", "1", "buffered / forwarded core packets during the window"),
+        Metric("edge_drops", "count", "packets the edge nodes dropped (whole run)"),
+        Metric("occ_overflow", "count", "core admissions with more packets waiting in a node than the BPF "
+               "tracks (then an upper bound: not exact; docs/e5.md)"),
+        Metric("window_start_late_s", "s", "how late the counters were read at the window's start (paper s)"),
+        Metric("link_rate_bps", "bit/s", "every link's rate as emulated (rate / scale), paper units"),
+        *SUMMARY_METRICS,
+        *EMULATION_METRICS,
+        Metric("lateness_p99_over_tau", "1", "lateness_p99 / duration of a 1514 B frame at the link rate "
+               "(fidelity bound: 0.05)"),
+        Metric("packet_hops_per_wall_s", "1/s", "packets the switches decided on per wall-clock second"),
+    )
+
+    @classmethod
+    def analysis(cls) -> Analysis:
+        from analysis import e5
+
+        return e5
+
+    # -- the network --------------------------------------------------------------------
+    @classmethod
+    def topology(cls, values: dict[str, Any], tdf: TimeDilation) -> "Topo":
+        from topologies.nsfnet import OpsMesh, nsfnet
+
+        return OpsMesh(nsfnet(), core_arch=core_spec(values), edge_arch=edge_spec(values),
+                       rate_bps=scaled_rate_bps(values), tdf=tdf.factor, mtu=IP_PACKET, flow_hash=True)
+
+    @classmethod
+    def check(cls, defn: Definition) -> None:
+        super().check(defn)
+        for p in defn.points():
+            v = p.values
+            if v["pacing"] == "tcp" and v["cca"] != "reno":
+                raise DefinitionError("params.cca", v["cca"], "reno with pacing = tcp (paced Reno is the paced "
+                                      "sender; set pacing = none for another profile)", defn.source)
+            if v["window"].si >= v["duration"].si:
+                raise DefinitionError("params.window", str(v["window"]),
+                                      f"a time below the duration ({v['duration']})", defn.source)
+            if v["duration"].si / v["bin"].si > 100_000:
+                raise DefinitionError("params.bin", str(v["bin"]), f"at most 100000 intervals over the duration "
+                                      f"({v['duration']})", defn.source)
+            lead = v["duration"].si - v["window"].si
+            if not math.isclose(lead / v["bin"].si, round(lead / v["bin"].si), rel_tol=0, abs_tol=1e-9):
+                raise DefinitionError("params.bin", str(v["bin"]), f"an interval that divides duration - window "
+                                      f"({lead:g} s): the window starts on an interval edge", defn.source)
+
+    @classmethod
+    def fabric_key(cls, values: dict[str, Any], tdf: TimeDilation) -> Hashable:
+        # the architectures are map configuration (reconfigured per point): the rest is built once
+        return (values["topology"], values["rate"].si, values["scale"], tdf.factor)
+
+    @classmethod
+    def fabric_note(cls, values: dict[str, Any]) -> str:
+        return (f"building {values['topology']} (28 switches, 14 hosts) at {scaled_rate_bps(values) / 1e6:g} "
+                f"Mbit/s per link; later points of this topology and scale reuse it")
+
+    # -- per point ----------------------------------------------------------------------
+    @classmethod
+    def cca_selection(cls, defn: Definition, values: dict[str, Any]) -> Any:
+        """Every host's profile: :func:`profile_name` with the family's options."""
+        return super().cca_selection(defn, dict(values, cca=profile_name(values)))
+
+    @classmethod
+    def profile_options(cls, values: dict[str, Any]) -> dict[str, Any]:
+        """The window limit; paced senders pace by TCP itself (the NIC qdisc stays)."""
+        opts: dict[str, Any] = {"max_window": int(values["cwnd_limit"])}
+        if values["pacing"] == "tcp":
+            opts["pacer"] = "tcp"
+        return opts
+
+    @classmethod
+    def features(cls, values: dict[str, Any], tdf: TimeDilation) -> Any:
+        return super().features(dict(values, cca=profile_name(values)), tdf)
+
+    @classmethod
+    def prepare(cls, fp: FlowPoint) -> None:
+        """The point's core and edge architectures (every node's counters zeroed);
+        timestamps off on every host (1460 B of payload in a 1500 B packet)."""
+        from testbed.optical import architectures
+
+        fabric = fp.emu.optical
+        core = architectures.REGISTRY.parse(core_spec(fp.values), role="core", key="params.buffer")
+        edge = architectures.REGISTRY.parse(edge_spec(fp.values), role="edge", key="params.edge_buffer")
+        fabric.reconfigure(fabric.by_role({"core": core, "edge": edge}))
+        for h in fp.emu.hosts():
+            h.sysctl("net.ipv4.tcp_timestamps", 0)
+
+    @classmethod
+    def workload(cls, fp: FlowPoint) -> "Schedule":
+        """flows / scale long-lived flows at Poisson instants over the whole run."""
+        from testbed.traffic import poisson_long_lived
+
+        v = fp.values
+        hosts = sorted(h.name for h in fp.emu.hosts())
+        n = scaled_flows(v)
+        sched = poisson_long_lived(hosts, n, v["duration"].si, fp.ctx.point.seed)
+        fp.ctx.write_json("schedule-meta.json", {
+            **sched.meta, "flows": len(sched), "scale": v["scale"], "link_rate_bps": scaled_rate_bps(v),
+            "core": core_spec(v), "edge": edge_spec(v), "pacing": v["pacing"], "mtu": IP_PACKET, "mss": MSS})
+        fp.ctx.progress(f"{n} {profile_name(v)} flows over {v['duration']} (paper), core "
+                        f"{core_spec(v)} B, measured over the last {v['window']}")
+        return sched
+
+    @classmethod
+    def traffic(cls, fp: FlowPoint) -> TrafficPlan:
+        from testbed.traffic import Window
+
+        v = fp.values
+        duration, window = v["duration"].si, v["window"].si
+        return TrafficPlan(window=Window(warmup_s=duration - window, length_s=window), duration_s=duration,
+                           granularities_s=(v["bin"].si,))
+
+    @classmethod
+    @contextlib.contextmanager
+    def control(cls, fp: FlowPoint) -> Iterator[None]:
+        """The core and edge counters at the window's start (a timeline action) and at
+        the end; the hosts' TCP loss detections around the traffic."""
+        from testbed.cc import lossdetect
+
+        start = fp.values["duration"].si - fp.values["window"].si
+
+        def snapshot(run: Any) -> None:
+            fp.measured["window_start"] = _fabric_totals(fp)
+
+        fp.timeline.at(start, "core counters at the window's start", snapshot)
+        tcp0 = lossdetect.snapshot([h.netns for h in fp.hosts])
+        yield
+        fp.measured["end"] = _fabric_totals(fp)
+        fp.measured["tcp"] = lossdetect.between(tcp0, lossdetect.snapshot([h.netns for h in fp.hosts]))
+
+    @classmethod
+    def summarise(cls, fp: FlowPoint, result: "TrafficResult") -> dict[str, Any]:
+        return summarise(fp, result)
+
+
+# -- measurements -------------------------------------------------------------------------
+def _fabric_totals(fp: FlowPoint) -> dict[str, int]:
+    """Sums over the core nodes' ports (cut, buffered, dropped) and the edge nodes'
+    drops, the core nodes' occupancy overflows, and the switches' decisions."""
+    fabric = fp.emu.optical
+    roles = {name: np.role for name, np in fabric.nodes.items()}
+    out = {"core_cut": 0, "core_buffered": 0, "core_dropped": 0, "edge_dropped": 0, "switched": 0}
+    overflow: dict[str, int] = {}
+    for r in fabric.counters():
+        role = roles.get(r["node"])
+        if role == "core":
+            out["core_cut"] += r["cut_through"]
+            out["core_buffered"] += r["buffered"]
+            out["core_dropped"] += r["dropped"]
+            overflow[r["node"]] = r["node_occ_overflow"]
+        elif role == "edge":
+            out["edge_dropped"] += r["dropped"]
+        if role in ("core", "edge"):
+            out["switched"] += r["cut_through"] + r["buffered"] + r["dropped"]
+    out["occ_overflow"] = sum(overflow.values())
+    return out
+
+
+def _core_packets(t: dict[str, int]) -> int:
+    return t["core_cut"] + t["core_buffered"] + t["core_dropped"]
+
+
+def summarise(fp: FlowPoint, result: "TrafficResult") -> dict[str, Any]:
+    """The point's summary row (paper units) and its files (docs/e5.md, "Results")."""
+    ctx, v, D = fp.ctx, fp.values, fp.ctx.tdf
+    window = result.window
+    assert window is not None and fp.run is not None and fp.run.t0 is not None
+    start = window.warmup_s
+    # per-flow goodput in the window: the intervals of each flow's series from the
+    # window's start on (check() makes the start an interval edge)
+    rows, measured = [], []
+    by_id = {f.flow_id: f for f in result.flows}
+    assert fp.schedule is not None
+    for spec in fp.schedule.flows:
+        rec = by_id.get(spec.id)
+        window_bytes = None
+        if rec is not None and rec.status != "failed":
+            try:
+                series = result.flow_series(spec.id, v["bin"].si)
+            except DefinitionError:  # never connected
+                series = []
+            window_bytes = sum(r["bytes"] for r in series if r["t_s"] >= start - 1e-9)
+        goodput = window_bytes / window.length_s if window_bytes is not None else math.nan
+        rows.append({"flow": spec.id, "src": spec.src, "dst": spec.dst, "start_s": spec.start_s,
+                     "status": rec.status if rec else "missing", "window_bytes": window_bytes,
+                     "goodput_Bps": goodput, "retrans_segs": rec.retrans_segs if rec else None,
+                     "srtt_s": rec.srtt_s if rec else None})
+        if spec.start_s < start and not math.isnan(goodput):
+            measured.append(goodput)
+    ctx.write_csv("flows_window.csv", rows)
+    g = v["bin"].si
+    ctx.write_csv("throughput_series.csv", [{"t_s": r["t_s"] + g, "bytes": r["bytes"],
+                                             "throughput_bps": r["throughput_bps"]} for r in result.series(g)])
+    t_start, t_end = fp.measured.get("window_start"), fp.measured["end"]
+    ran = {d["label"]: d for d in fp.timeline.done}.get("core counters at the window's start")
+    late = (ran["ran_s"] - ran["planned_s"]) if ran else math.nan
+    if t_start is not None:
+        window_core = _core_packets(t_end) - _core_packets(t_start)
+        window_drops = t_end["core_dropped"] - t_start["core_dropped"]
+        window_fwd = (t_end["core_cut"] + t_end["core_buffered"]) - (t_start["core_cut"] + t_start["core_buffered"])
+        window_buf = t_end["core_buffered"] - t_start["core_buffered"]
+    else:
+        window_core = window_drops = window_fwd = window_buf = 0
+    run_core = _core_packets(t_end)
+    tcp = fp.measured["tcp"]
+    ctx.write_json("e5.json", {"window_start": t_start, "end": t_end, "tcp": tcp.as_dict(),
+                               "window_start_action": ran,
+                               "note": "counter sums over the core / edge nodes' ports (cut, buffered, dropped), "
+                                       "read by a timeline action at the window's start and after the traffic"})
+    emulation = emulation_columns(ctx.dir, D)
+    wall = read_point_json(ctx.dir, "machine.json").get("wall_s")
+    tau_s = FRAME * 8 / scaled_rate_bps(v)
+    return {
+        "goodput_per_flow_Bps": statistics.fmean(measured) if measured else math.nan,
+        "goodput_per_flow_median_Bps": statistics.median(measured) if measured else math.nan,
+        "flows_started": len(fp.schedule.flows),
+        "flows_measured": len(measured),
+        "flows_failed": sum(1 for f in result.flows if f.status == "failed"),
+        "core_packets": window_core,
+        "core_drop_rate": window_drops / window_core if window_core else math.nan,
+        "core_drop_rate_run": t_end["core_dropped"] / run_core if run_core else math.nan,
+        "core_buffered_fraction": window_buf / window_fwd if window_fwd else math.nan,
+        "edge_drops": t_end["edge_dropped"],
+        "occ_overflow": t_end["occ_overflow"],
+        "window_start_late_s": late,
+        "link_rate_bps": scaled_rate_bps(v),
+        **tcp.summary_columns(),
+        **emulation,
+        "lateness_p99_over_tau": emulation["lateness_p99_s"] / tau_s,
+        "packet_hops_per_wall_s": t_end["switched"] / wall if wall else math.nan,
+    }
