@@ -152,7 +152,7 @@ def remove_pin_dir(path: Path | str) -> None:
         shutil.rmtree(p)
 
 
-def _record_pin_dir(ledger: Any, pin_dir: Path) -> None:
+def record_pin_dir(ledger: Any, pin_dir: Path) -> None:
     """Record ``pin_dir`` in ``ledger`` unless a live entry (not torn down yet) already
     records it (None: record nothing). A pin dir torn down with an emulation and
     created again later in the same run (a fabric rebuilt after a failed point) is
@@ -219,7 +219,7 @@ def _prepare(ledger: Any, pin: Path) -> None:
     dir is in the ledger (before it is created)."""
     loader_path()
     ensure_bpffs()
-    _record_pin_dir(ledger, pin)
+    record_pin_dir(ledger, pin)
 
 
 class Batch:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed import cmd
-from testbed.bpf import EBPF_DIR, PIN_ROOT
+from testbed.bpf import EBPF_DIR, PIN_ROOT, record_pin_dir
 from testbed.errors import CommandError, TestbedError
 from testbed.ledger import Ledger
 
@@ -92,6 +92,10 @@ def attach(ledger: Ledger, *, netns: str, pin_dir: Path, init_rto_jiffies: int =
         raise SockopsError(f"{LOADER} is not built: run `make -C {EBPF_DIR}` (or make setup)")
     if PIN_ROOT not in pin_dir.parents:
         raise SockopsError(f"pin directory {pin_dir} must be below {PIN_ROOT}")
+    if pin_dir.parent != PIN_ROOT:
+        # the hosts' common parent (<token>-cc) is the testbed's too: recorded once while
+        # live, so the run's teardown (or `testbed clean`) removes it after its hosts' pins
+        record_pin_dir(ledger, pin_dir.parent)
     pin_dir.parent.mkdir(parents=True, exist_ok=True)
     ledger.add("bpf-pin", path=str(pin_dir))
     argv = [str(LOADER), "attach", "--cgroup", str(cgroup2_root()), "--netns", netns,
