@@ -56,11 +56,13 @@ def host_seconds() -> float:
 
 
 class Deadline:
-    """Expires when ``timeout_s`` has passed on the guest's clock and on the host's."""
+    """Expires when ``timeout_s`` has passed on the guest's clock and on the host's; with
+    ``guest_only`` on the guest's clock alone (a wait that belongs to the experiment,
+    e.g. the traffic loop's polling interval: its timeline runs on the guest's clock)."""
 
-    def __init__(self, timeout_s: float) -> None:
+    def __init__(self, timeout_s: float, *, guest_only: bool = False) -> None:
         self.timeout_s = float(timeout_s)
-        self.virtual = virtual()
+        self.virtual = virtual() and not guest_only
         self._guest0 = time.monotonic()
         self._host0 = host_seconds() if self.virtual else self._guest0
         # the RTC counts whole seconds: wait one more so that no wait is cut short

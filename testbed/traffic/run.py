@@ -330,10 +330,14 @@ class TrafficRun:
         return self._all_ended or self.finished is not None
 
     def poll(self, timeout_s: float) -> bool:
-        """Wait up to ``timeout_s`` seconds for news from the agent (a flow of
-        ``notify_tags`` ended, every flow ended); returns :meth:`done`."""
+        """Wait up to ``timeout_s`` guest (emulation) seconds for news from the agent (a
+        flow of ``notify_tags`` ended, every flow ended); returns :meth:`done`. The wait
+        is the traffic loop's step, so it is on the guest's clock only: under the
+        instruction-counted clock a host-clock margin (1 s at least, the RTC's
+        resolution) made every step last a host second or more, and timeline actions ran
+        late by seconds of emulation time (E5: 2 s late at D = 20)."""
         if self._open:
-            self._await(None, hostclock.Deadline(timeout_s))
+            self._await(None, hostclock.Deadline(timeout_s, guest_only=True))
         return self.done()
 
     def ended_flows(self) -> set[int]:

@@ -107,6 +107,34 @@ def test_deadline_waits_for_the_host_clock_when_guest_time_races(monkeypatch):
     assert d.expired()
 
 
+def test_a_guest_only_deadline_does_not_wait_for_the_host_clock(monkeypatch):
+    """The traffic loop's polling step belongs to the experiment: it expires on the
+    guest's clock even when the host's has not moved (a stepped timeline would
+    otherwise run at most one action per host second)."""
+    host = FakeHost()
+    monkeypatch.setattr(hostclock, "virtual", lambda: True)
+    monkeypatch.setattr(hostclock, "host_seconds", host)
+    d = hostclock.Deadline(0.05, guest_only=True)
+    assert not d.expired()
+    time.sleep(0.08)
+    assert d.expired()
+    assert hostclock.Deadline(0.05).virtual and not d.virtual   # the default still waits for both
+
+
+def test_the_traffic_loop_polls_on_the_guest_clock(monkeypatch):
+    """TrafficRun.poll hands the agent a guest-only deadline."""
+    from testbed.traffic.run import TrafficRun
+
+    seen = []
+    run = TrafficRun.__new__(TrafficRun)
+    run._open = True
+    monkeypatch.setattr(TrafficRun, "_await", lambda self, ev, deadline: seen.append(deadline))
+    monkeypatch.setattr(TrafficRun, "done", lambda self: False)
+    monkeypatch.setattr(hostclock, "virtual", lambda: True)
+    run.poll(0.05)
+    assert len(seen) == 1 and seen[0].timeout_s == 0.05 and not seen[0].virtual
+
+
 def test_deadline_waits_for_the_guest_clock_when_it_is_slow(monkeypatch):
     host = FakeHost()
     monkeypatch.setattr(hostclock, "virtual", lambda: True)
