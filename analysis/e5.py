@@ -204,7 +204,7 @@ def curve_figure(s: pd.DataFrame, fixed: str, value: str, column: str, path: Pat
         name = arch_name(k) if fixed == "pacing" else pacing_name(k)
         reps = sorted(set(sub.groupby(BUFFER_COL).size()))
         drawn, nf, ns = _line(ax, sub, column, colour, MARKERS[i % len(MARKERS)],
-                              f"{name} ({'/'.join(map(str, reps))} reps)", log_y)
+                              f"{name} (n = {'/'.join(map(str, reps))})", log_y)
         any_drawn |= drawn
         n_flagged += nf
         n_skipped += ns
