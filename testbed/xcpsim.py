@@ -37,7 +37,8 @@ The model, packet by packet (event driven, integer ns of paper time):
   (FIFO, no loss), takes 8 x probe_bytes / control_rate_bps, and the propagation of the
   data link it runs beside. The egress edge sends it back along the reverse path
   (forwarded, not lowered); when it reaches the ingress edge, R <- R + feedback within
-  [min_rate_bps, max_rate_bps] (xcp.next_rate_bps), effective at once.
+  [min_rate_bps, max_rate_bps] (xcp.next_rate_bps), effective at once or
+  ``rate_delay_s`` later (the real edge's processing allowance, docs/xcp-edge.md).
 
 Results (:class:`SimResult`) are sampled at every interval boundary kd: each macroflow's
 granted rate, each link's decision, input, persistent queue, largest queue and drops.
@@ -134,7 +135,8 @@ class SimConfig:
     TU), data packet size (bytes), probe frame size (bytes, default the real probe's),
     control channel rate (bit/s, paper: 100 Mb/s), rate bounds (bit/s; None: at least
     one packet per interval, at most the capacity of the macroflow's first link), the
-    edge's wait bound (s, paper: 0.25 s) and what u_i a probe carries."""
+    edge's wait bound (s, paper: 0.25 s), what u_i a probe carries, and how long after
+    a probe's return its rate change takes effect (s; the paper: at once)."""
 
     params: xcp.XcpParameters = field(default_factory=xcp.XcpParameters)
     packet_bytes: int = 1500
@@ -144,6 +146,7 @@ class SimConfig:
     max_rate_bps: float | None = None
     edge_wait_s: float = 0.25
     rate_estimate: str = "measured"
+    rate_delay_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.packet_bytes < 1 or self.probe_bytes < 1:
@@ -154,6 +157,8 @@ class SimConfig:
             raise SimError(f"rate_estimate={self.rate_estimate!r}: accepted {', '.join(RATE_ESTIMATES)}")
         if not self.edge_wait_s >= 0:
             raise SimError(f"edge_wait_s={self.edge_wait_s!r}: accepted >= 0")
+        if not 0 <= self.rate_delay_s < self.params.interval_s:
+            raise SimError(f"rate_delay_s={self.rate_delay_s!r}: accepted 0 <= rate_delay_s < d")
         if self.min_rate_bps is not None and not self.min_rate_bps > 0:
             raise SimError(f"min_rate_bps={self.min_rate_bps!r}: accepted > 0 (a paced macroflow must be able to send)")
         if self.max_rate_bps is not None and not self.max_rate_bps >= self.min_rate():
@@ -406,13 +411,22 @@ class XcpLoopSim:
             self._push(t, _PROBE, "probe_at", (fl, (seq, sent, lowered, limiter), hop + 1, False))
             return
         if hop == len(fl.back):                          # back at the ingress edge
-            fl.rate = xcp.next_rate_bps(fl.rate, probe.feedback_bps, self.config.min_rate(), fl.max_rate)
-            self.trips.append(ProbeTrip(fl.spec.name, seq, sent / NS_PER_S, now / NS_PER_S, probe.rate_bps,
-                                        probe.feedback_bps, limiter, fl.rate))
-            self._schedule_pacer(fl, now)
+            delay = _ns(self.config.rate_delay_s)
+            if delay:
+                self._push(now + delay, _PROBE, "apply", (fl, trip, now))
+            else:
+                self._apply(fl, trip, now, now)
             return
         t = self._control_hop(fl.back[hop], now)
         self._push(t, _PROBE, "probe_at", (fl, trip, hop + 1, True))
+
+    def _apply(self, fl: _Flow, trip: tuple, back: int, now: int) -> None:
+        """The returned probe of ``trip`` (back at ``back``) changes the rate at ``now``."""
+        seq, sent, probe, limiter = trip
+        fl.rate = xcp.next_rate_bps(fl.rate, probe.feedback_bps, self.config.min_rate(), fl.max_rate)
+        self.trips.append(ProbeTrip(fl.spec.name, seq, sent / NS_PER_S, back / NS_PER_S, probe.rate_bps,
+                                    probe.feedback_bps, limiter, fl.rate))
+        self._schedule_pacer(fl, now)
 
     # -- run --------------------------------------------------------------------------
     def run(self, intervals: int) -> SimResult:
@@ -467,6 +481,8 @@ class XcpLoopSim:
                 self._probe_send(args[0], t)
             elif kind == "probe_at":
                 self._probe_at(args[0], args[1], args[2], args[3], t)
+            elif kind == "apply":
+                self._apply(args[0], args[1], args[2], t)
         return SimResult(self.config.params.interval_s, rates, sent, links, self.trips,
                          {n: fl.delivered for n, fl in self.flows.items()},
                          {n: fl.edge_drops for n, fl in self.flows.items()})

@@ -107,6 +107,30 @@ def test_probes_can_carry_the_granted_rate_instead():
     assert {t.measured_bps for t in r.trips if t.seq == 1} == {25e6}
 
 
+def test_a_rate_change_delay_at_the_edge_costs_nothing_measurable():
+    """The real edge applies a returned feedback rate_delay_s after the probe's return
+    (its agent's allowance). In the hand-computed round (25 -> 35.016 Mb/s at 60.44 ms)
+    a 10 ms delay keeps the old spacing (0.48 ms) 10 ms longer instead of the new
+    (0.3427 ms): 10 (1/0.3427 - 1/0.48) = 8.3 packets fewer in interval 1. From equal and
+    overloaded starts a 1 ms delay moves the convergence interval by at most one
+    (measured: by none, or one earlier, for delays up to 5 ms)."""
+    trips = {}
+    for delay in (0.0, 0.01):
+        r = XcpLoopSim(dumbbell(2, C), flows(2, [25e6, 25e6], [0.0, 0.0]), SimConfig(rate_delay_s=delay)).run(2)
+        trips[delay] = r
+    late, prompt = trips[0.01], trips[0.0]
+    for r in (late, prompt):
+        trip = next(t for t in r.trips if t.flow == "f0" and t.seq == 1)
+        assert trip.back_s == pytest.approx(D + 6 * 6.24e-6 + 2 * 5.2e-3, abs=1e-8)
+        assert trip.rate_after_bps == pytest.approx(35.016e6)
+    assert prompt.sent["f0"][1] - late.sent["f0"][1] in (8 * PKT, 9 * PKT)
+    cfg = SimConfig(rate_delay_s=0.001)
+    for start in (0.5, 2.0):
+        now = run(4, [start * C / 4] * 4, 40, phases=[0.0] * 4)
+        later = XcpLoopSim(dumbbell(4, C), flows(4, [start * C / 4] * 4, [0.0] * 4), cfg).run(40)
+        assert abs(converged_interval(later, fair(later, 4), 0.05) - converged_interval(now, fair(now, 4), 0.05)) <= 1
+
+
 def test_edge_buffer_drops_beyond_the_wait_bound():
     """A macroflow offered 2 C on a path of capacity C, granted about C: its edge queue's
     wait grows by one second per second and reaches 0.25 s at 0.25 s; from then on half
@@ -136,6 +160,7 @@ def twice(sim: XcpLoopSim) -> None:
     (lambda: SimFlow("f", ("a", "b"), 1e6, demand_bps=0), "demand_bps"),
     (lambda: SimConfig(rate_estimate="guess"), "rate_estimate"),
     (lambda: SimConfig(min_rate_bps=0), "min_rate_bps"),
+    (lambda: SimConfig(rate_delay_s=0.05), "rate_delay_s"),
     (lambda: SimConfig(min_rate_bps=1e6, max_rate_bps=1e5), "max_rate_bps"),
     (lambda: XcpLoopSim([SimLink("a", "b", 1e6, 0)], [SimFlow("f", ("a", "b"), 1e6)]), "no link b->a"),
     (lambda: XcpLoopSim(duplex("a", "b", 1e6, 0) * 2, []), "given twice"),
