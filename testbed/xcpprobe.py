@@ -174,7 +174,8 @@ class ProbeHeader:
         if self.returning:
             raise ProbeError(f"XCP probe {self.macroflow()} seq {self.seq} is returning: routers forward it unchanged")
         if not math.isfinite(own_feedback_bps):
-            raise ProbeError(f"XCP feedback {own_feedback_bps!r} from node {node} port {port}: accepted a finite number")
+            raise ProbeError(f"XCP feedback {own_feedback_bps!r} from node {node} port {port}: "
+                             "accepted a finite number")
         own = max(-RATE_MAX, min(RATE_MAX, math.floor(own_feedback_bps)))
         probe = xcp.Probe(self.macroflow(), self.measured_bps, self.feedback_bps)
         if xcp.lower_feedback(probe, own) is probe:

@@ -194,7 +194,7 @@ def test_probes_late_in_the_interval_overshoot_and_converge_later():
     """A probe answered late in interval k changes the rate only after the boundary, so
     the decision of interval k + 1 still sees the old rate and grants the spare again:
     with every probe sent at 0.9 d the total overshoots C by more than 5 % (measured
-    8 %) and the rates need more than 10 intervals (measured 14) where probes sent at
+    7 %) and the rates need more than 10 intervals (measured 14) where probes sent at
     the interval's start need 5. Why the design sends probes at the interval's start."""
     n = 4
     late = run(n, [C / n / 2] * n, 60, phases=[0.9 * D] * n)
@@ -239,9 +239,9 @@ def test_sum_of_rates_stays_at_capacity_once_converged(n, phases):
 
 def test_overload_queue_drains_and_the_queue_term_is_what_drains_it():
     """Start at 2 C: the bottleneck's queue grows past 1 MB, then the persistent queue
-    falls back to at most N packets from interval 7 on (measured: from 6). With beta = 0 (outside the bound,
-    asked explicitly) the spare-bandwidth term alone brings the input to C but leaves the
-    queue standing: above 1.5 MB for ever."""
+    falls back to at most N packets from interval 7 on (measured: from 6). With beta = 0
+    (outside the bound, asked explicitly) the spare-bandwidth term alone brings the input
+    to C but leaves the queue standing: above 1.5 MB for ever."""
     n = 4
     r = run(n, [2 * C / n] * n, 60)
     link = r.links[("c0", "c1")]
@@ -259,7 +259,8 @@ def test_unstable_settings_are_refused_and_would_not_settle():
     """alpha above pi / (4 sqrt 2), or beta away from alpha^2 sqrt 2, is refused with the
     parameter, its value and the accepted range. Forced (outside_stability_bound), alpha
     = 2 never settles in this loop: the total swings between the minimum and 2 C."""
-    for kwargs, name in (({"alpha": 0.6, "beta": xcp.stable_beta(0.6)}, "alpha"), ({"alpha": 0.4, "beta": 0.5}, "beta")):
+    unstable = (({"alpha": 0.6, "beta": xcp.stable_beta(0.6)}, "alpha"), ({"alpha": 0.4, "beta": 0.5}, "beta"))
+    for kwargs, name in unstable:
         with pytest.raises(xcp.UnstableParameterError, match=f"XCP {name}=") as err:
             SimConfig(params=xcp.XcpParameters(**kwargs))
         assert "Katabi" in str(err.value)
