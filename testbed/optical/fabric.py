@@ -21,7 +21,12 @@ a role (``host``, or the switch's ``edge`` / ``core``) and a port architecture
 * per port: its rate (the link's ``rate_bps`` if it has one, else the switch's; for
   a host, the switch it is attached to), its propagation (link ``length_m``, 0
   allowed), ``peer_host`` and ``peer_holds`` (the peer node holds the packets it sends
-  on this link, so their ``skb->tstamp`` is their arrival at the peer),
+  on this link and releases them with their arrival at the peer as ``skb->tstamp``:
+  obs-edge's obsburst, not ib's voq, which stamps intended arrivals here),
+* on an ``ib`` node the voq qdisc on every port, with the node's id, its ports'
+  propagation and the switch option ``lookahead_ns`` (M, emulation ns; default
+  ``testbed.optical.voq.DEFAULT_LOOKAHEAD_NS``), and its decisions' counters in the
+  node's rows of :meth:`OpticalFabric.counters`,
 * on hosts: one shared MAC address and ARP off (the fabric forwards IPv4 by
   destination address; frames then carry the receiver's own MAC).
 
@@ -83,8 +88,9 @@ def link_options(info: Mapping[str, Any], key: str) -> tuple[float | None, float
 class NodePorts:
     """One node of the fabric: id, role, port architecture (``assignment``), ports
     (config), peer node per port and the peer's port number on that link, each port's
-    rate (emulation bit/s) and the node's D; ``mechanism`` the mechanism installed on
-    its ports with ``options``."""
+    rate (emulation bit/s), the node's D and ``lookahead_ns`` (the switch option: M of a
+    mechanism that decides late, emulation ns; None: its default); ``mechanism`` the
+    mechanism installed on its ports with ``options``."""
 
     node_id: int
     name: str
@@ -97,14 +103,17 @@ class NodePorts:
     peer_ports: list[int] = dataclasses.field(default_factory=list)
     rates_bps: list[float] = dataclasses.field(default_factory=list)
     tdf: float = 1.0
+    lookahead_ns: int | None = None
     ifindex_of_port: dict[int, int] | None = None  # known once the programs are attached
     mechanism: Mechanism | None = None  # installed by OpticalFabric.setup
     options: object = None  # the options it was installed with
 
     @property
     def context(self) -> NodeContext:
-        """What its mechanism needs to know of it (D, port rates, host ports)."""
-        return NodeContext(self.tdf, tuple(self.rates_bps), tuple(p.peer_host for p in self.ports))
+        """What its mechanism needs to know of it (node id, D, port rates and
+        propagation, host ports, lookahead)."""
+        return NodeContext(self.tdf, tuple(self.rates_bps), tuple(p.peer_host for p in self.ports), self.node_id,
+                           tuple(p.prop_ns for p in self.ports), self.lookahead_ns)
 
     @property
     def holds(self) -> tuple[bool, ...]:
@@ -112,6 +121,14 @@ class NodePorts:
         if self.assignment.arch.realisation.name != HOLDING:
             return tuple(False for _ in self.ports)
         return self.assignment.mechanism.holds(self.devs, self.context)
+
+    @property
+    def restamps(self) -> tuple[bool, ...]:
+        """Per port: whether the packets it sends carry their arrival at this node as
+        stamp (the peer then takes them as arriving when they come: ``peer_holds``)."""
+        if self.assignment.arch.realisation.name != HOLDING:
+            return tuple(False for _ in self.ports)
+        return self.assignment.mechanism.restamps(self.devs, self.context)
 
     @property
     def model(self) -> str:
@@ -170,14 +187,17 @@ class OpticalFabric:
                     peer_host=peer in hosts))
                 peer_names.append(peer)
                 rates.append(rate / tdf)
+            lookahead = None
             if name in switches:
                 role, assignment = node.role, node.assignment
                 assignment.check(ports=len(ports), role=role, key=f"{name}.arch")
+                lookahead = getattr(node, "params", {}).get("lookahead_ns")
             else:
                 role, assignment = "host", HOST_ASSIGNMENT
             self.nodes[name] = NodePorts(node_id, name, role, assignment, ports, peer_names,
                                          list(node.intfs), node.netns,
-                                         [peer_port[(name, i)] for i in range(len(ports))], rates, node_tdf)
+                                         [peer_port[(name, i)] for i in range(len(ports))], rates, node_tdf,
+                                         lookahead)
         for np in self.nodes.values():  # checked before anything is installed
             np.assignment.options(np.context, key=f"{np.name}.arch")
             np.assignment.packed(np.tdf, key=f"{np.name}.arch")  # durations dilated by D in range
@@ -229,10 +249,11 @@ class OpticalFabric:
             np.mechanism, np.options = mech, options
 
     def _set_peer_holds(self) -> None:
-        """``peer_holds`` of every port: its peer node holds what it sends on this link."""
-        holds = {n: np.holds for n, np in self.nodes.items()}
+        """``peer_holds`` of every port: its peer node sends on this link packets stamped
+        with their arrival at the peer (a holding mechanism that ``restamps``)."""
+        restamps = {n: np.restamps for n, np in self.nodes.items()}
         for np in self.nodes.values():
-            np.ports = [dataclasses.replace(p, peer_holds=holds[peer][pp])
+            np.ports = [dataclasses.replace(p, peer_holds=restamps[peer][pp])
                         for p, peer, pp in zip(np.ports, np.peers, np.peer_ports)]
 
     def holding_state(self) -> dict[tuple[str, str], Any]:
@@ -321,7 +342,9 @@ class OpticalFabric:
 
     def counters(self) -> list[dict]:
         """One row per (node, port): the qdisc releasing the port's packets, decisions,
-        bytes, busy time, occupancy, receive."""
+        bytes, busy time, occupancy, receive. On a node whose holding mechanism takes
+        the decisions (``ib``'s voq qdiscs: ``Mechanism.port_counters``), the decision
+        columns are its and it adds its own (``testbed.optical.voq.port_row``)."""
         states = maps.read_states(self.pin_dir, {np.node_id: len(np.ports) for np in self.nodes.values()})
         rows = []
         for np in self.nodes.values():
@@ -329,6 +352,8 @@ class OpticalFabric:
             if st is None:
                 continue
             qdiscs = (np.mechanism or np.assignment.mechanism).plan(np.devs, np.context)
+            decided = np.mechanism.port_counters(np.netns, np.devs, np.context) \
+                if np.mechanism is not None and any(np.holds) else {}
             for p, (pc, ps) in enumerate(zip(np.ports, st["ports"])):
                 rows.append({"node": np.name, "model": np.model, "n_e": np.n_e, "port": p,
                              "intf": np.devs[p], "peer": np.peers[p], "qdisc": qdiscs[np.devs[p]],
@@ -340,7 +365,8 @@ class OpticalFabric:
                              "node_bout_overflow": st["bout_overflow"], "rx": ps["rx"],
                              "unmodelled": ps["nocfg"], "last_dep_ns": ps["last_dep_ns"],
                              "last_rx_real_ns": ps["last_rx_real_ns"],
-                             "last_rx_stamp_ns": ps["last_rx_stamp_ns"]})
+                             "last_rx_stamp_ns": ps["last_rx_stamp_ns"],
+                             **decided.get(np.devs[p], {})})
         return rows
 
     def monitor(self) -> dict:

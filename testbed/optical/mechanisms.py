@@ -8,10 +8,11 @@ A port architecture (``testbed/optical/architectures.py``) is realised in one of
   then. Every decision must therefore be known at arrival.
 * ``holding``: packets are held and released by a kernel mechanism that can wait for
   later events (a burst closed by volume, a virtual output queue served in an order
-  that depends on later arrivals), e.g. a qdisc module in ``kernel/``. One exists:
+  that depends on later arrivals), e.g. a qdisc module in ``kernel/``. Two exist:
   ``obsburst`` (``kernel/sch_obsburst.c``, E2's burst assembler,
-  ``testbed.optical.obsburst.OBSBURST``, realising ``obs-edge``);
-  an architecture realised by a mechanism that does not exist yet names what it needs
+  ``testbed.optical.obsburst.OBSBURST``, realising ``obs-edge``) and ``voq``
+  (``kernel/sch_voq.c``, E5's input buffering, ``testbed.optical.voq.VOQ``, realising
+  ``ib``; docs/ib-holding.md); an architecture realised by a mechanism that does not exist yet names what it needs
   in ``Realisation.missing``, and choosing it fails (:meth:`Realisation.require`)
   before anything is created.
 
@@ -21,13 +22,22 @@ releases like fq and orphans each packet at enqueue.
 
 The fabric (``testbed/optical/fabric.py``) installs, per node, the mechanism of that
 node's realisation through :meth:`Mechanism.install`, giving it the node's
-:class:`NodeContext` (time dilation, per-port rates, which ports face hosts). A
-mechanism decides per port what it installs: ``fq`` the same on every port; the
-``obsburst`` mechanism assembles only on the ports whose peer is not a host and puts
-``fq`` on the ports towards hosts (they carry stamped packets: ACKs back to the
-sources). :meth:`Mechanism.plan` says which qdisc goes on which port (no kernel
-needed), :meth:`Mechanism.holds` which ports hold packets (their peers read
-``skb->tstamp`` as the arrival at the holding node: ``PortConfig.peer_holds``).
+:class:`NodeContext` (node id, time dilation, per-port rates and propagation, which
+ports face hosts, the lookahead of a node that decides late). A mechanism decides per
+port what it installs: ``fq`` the same on every port; the ``obsburst`` mechanism
+assembles only on the ports whose peer is not a host and puts ``fq`` on the ports
+towards hosts (they carry stamped packets: ACKs back to the sources); the ``voq``
+mechanism (``testbed.optical.voq.VOQ``, E5's input buffering) puts its qdisc on every
+port. :meth:`Mechanism.plan` says which qdisc goes on which port (no kernel needed),
+:meth:`Mechanism.holds` which ports hold packets in a qdisc of the mechanism (those it
+resets, reads and removes) and :meth:`Mechanism.restamps` which of them release their
+packets stamped with their *arrival at this node* rather than their intended arrival at
+the peer, so that the peer must treat them as arriving when they come
+(``PortConfig.peer_holds``): obsburst's do (a burst leaves when it closes), voq's do
+not (it stamps every packet with its intended arrival at the next node, as an EDT
+architecture). A mechanism whose qdiscs take the decisions the egress program would
+count reports them through :meth:`Mechanism.port_counters` (the fabric's counter rows
+take them).
 A mechanism that needs a kernel module loads it in :meth:`Mechanism.prepare`, which
 ``testbed.net.Emulation`` calls before it creates any namespace, so that the ledger
 removes the module after the namespaces whose qdiscs use it. Adding a mechanism is a
@@ -56,19 +66,30 @@ FQ_OPTS = ("limit", "1000000", "flow_limit", "1000000", "horizon", "3600s", "hor
 class NodeContext:
     """What a mechanism needs to know of the node it is installed on: the time
     dilation ``tdf`` (D), the serialisation rate of each port in *emulation* bit/s
-    (paper rate / D; ``rates_bps[i]`` of port ``i``) and whether each port's peer is an
-    end host (``peer_host[i]``). Raises ValueError when the lengths differ or a rate is
-    not > 0."""
+    (paper rate / D; ``rates_bps[i]`` of port ``i``), whether each port's peer is an
+    end host (``peer_host[i]``), the fabric's ``node_id`` (dense, per run), the
+    propagation of each port's link in *emulation* ns (``prop_ns[i]``; None: not known)
+    and ``lookahead_ns``, the lookahead M in emulation ns a mechanism that decides late
+    uses (the switch option ``lookahead_ns``; None: the mechanism's default). Raises
+    ValueError when the lengths differ, a rate is not > 0, a propagation is negative or
+    the node id is not a u32."""
 
     tdf: float
     rates_bps: tuple[float, ...]
     peer_host: tuple[bool, ...]
+    node_id: int = 0
+    prop_ns: tuple[int, ...] | None = None
+    lookahead_ns: int | None = None
 
     def __post_init__(self) -> None:
         if len(self.rates_bps) != len(self.peer_host):
             raise ValueError(f"{len(self.rates_bps)} port rates for {len(self.peer_host)} ports")
         if not self.tdf >= 1.0 or not all(r > 0 for r in self.rates_bps):
             raise ValueError(f"tdf {self.tdf!r} must be >= 1 and every rate > 0: {self.rates_bps}")
+        if self.prop_ns is not None and (len(self.prop_ns) != len(self.rates_bps) or any(p < 0 for p in self.prop_ns)):
+            raise ValueError(f"propagation {self.prop_ns!r}: one value >= 0 ns per port of {len(self.rates_bps)}")
+        if not 0 <= self.node_id < 2**32:
+            raise ValueError(f"node id {self.node_id!r} is not a u32")
 
     @property
     def optical_ports(self) -> tuple[int, ...]:
@@ -105,9 +126,24 @@ class Mechanism:
 
     def holds(self, devs: Sequence[str], context: NodeContext | None) -> tuple[bool, ...]:
         """Per port of ``devs``: whether this mechanism holds its packets past the
-        egress program's decision (then ``skb->tstamp`` is the packet's arrival at this
-        node when it leaves). None of a TcQdisc's ports."""
+        egress program's decision in a qdisc of its own (the ports :meth:`reset`,
+        :meth:`read` and :meth:`remove` act on). None of a TcQdisc's ports."""
         return tuple(False for _ in devs)
+
+    def restamps(self, devs: Sequence[str], context: NodeContext | None) -> tuple[bool, ...]:
+        """Per port of ``devs``: whether the packets it releases carry their arrival at
+        this node as ``skb->tstamp`` (not their intended arrival at the peer), so that
+        the peer must take them as arriving when they come (the fabric sets
+        ``PortConfig.peer_holds`` at the far end). The ports that :meth:`holds`, unless
+        a subclass stamps intended arrivals."""
+        return self.holds(devs, context)
+
+    def port_counters(self, netns: str | None, devs: Sequence[str],
+                      context: NodeContext | None) -> dict[str, dict[str, Any]]:
+        """{device: counter columns of the port's row in the fabric's counters} for the
+        ports whose decisions this mechanism takes instead of the egress program (they
+        replace the program's cut/buffered/dropped there); none here."""
+        return {}
 
     def prepare(self, ledger: Any) -> None:
         """Whatever must exist before any namespace does (e.g. a module, recorded in

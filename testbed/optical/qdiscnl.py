@@ -5,8 +5,9 @@ device's root qdisc, and the kernel module that provides a qdisc.
 plain ``AF_NETLINK`` socket opened inside the device's namespace
 (:func:`testbed.nsops.call_in`): ``TCA_KIND``, the packed ``TCA_OPTIONS`` and, in a
 dump, ``TCA_STATS2`` with the qdisc's own ``TCA_STATS_APP``. The kernel's
-extended-ack message is the error text. Used by ``testbed.optical.obsburst`` and
-``testbed.optical.hostnic``; each raises its own subclass of :class:`QdiscError`.
+extended-ack message is the error text. Used by ``testbed.optical.obsburst``,
+``testbed.optical.hostnic`` and ``testbed.optical.voq``; each raises its own subclass of
+:class:`QdiscError`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import errno
 import os
 import socket
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,20 +127,33 @@ class RootQdisc:
 def dump_root(dev: str, netns: str | None, kind: str, error: type[QdiscError] = QdiscError) -> RootQdisc:
     """The root qdisc of ``dev`` in ``netns``. Raises ``error`` when it is not a
     ``kind`` qdisc."""
-    def body() -> list[tuple[int, bytes]]:
-        idx = ifindex(dev, netns, error)
-        return [(m, p) for m, p in request(RTM_GETQDISC, NLM_F_DUMP, 0, error=error)
-                if _TCM.unpack_from(p)[1] == idx]
-    for _mtype, msg in call_in(netns, body):
-        _fam, _idx, _handle, parent, _info = _TCM.unpack_from(msg)
+    return dump_roots([dev], netns, kind, error)[dev]
+
+
+def dump_roots(devs: Sequence[str], netns: str | None, kind: str,
+               error: type[QdiscError] = QdiscError) -> dict[str, RootQdisc]:
+    """{device: its root qdisc} for ``devs`` in ``netns``, from one dump of the
+    namespace's qdiscs (a node's ports read at once). Raises ``error`` when a device
+    does not exist or its root qdisc is not a ``kind`` qdisc."""
+    def body() -> tuple[dict[int, str], list[tuple[int, bytes]]]:
+        index = {ifindex(dev, netns, error): dev for dev in devs}
+        return index, [(m, p) for m, p in request(RTM_GETQDISC, NLM_F_DUMP, 0, error=error)
+                       if _TCM.unpack_from(p)[1] in index]
+    index, replies = call_in(netns, body)
+    out: dict[str, RootQdisc] = {}
+    for _mtype, msg in replies:
+        _fam, idx, _handle, parent, _info = _TCM.unpack_from(msg)
         a = attrs(msg[_TCM.size:])
         if a.get(TCA_KIND, b"").rstrip(b"\0").decode() != kind or parent != TC_H_ROOT:
             continue
         s2 = attrs(a.get(TCA_STATS2, b""))
         nbytes, npk = struct.unpack_from("=QI", s2[TCA_STATS_BASIC]) if TCA_STATS_BASIC in s2 else (0, 0)
         qlen = struct.unpack_from("=I", s2[TCA_STATS_QUEUE])[0] if TCA_STATS_QUEUE in s2 else 0
-        return RootQdisc(kind, a.get(TCA_OPTIONS, b""), s2.get(TCA_STATS_APP, b""), npk, nbytes, qlen)
-    raise error(f"{dev} in {netns or 'the root namespace'} has no {kind} root qdisc")
+        out[index[idx]] = RootQdisc(kind, a.get(TCA_OPTIONS, b""), s2.get(TCA_STATS_APP, b""), npk, nbytes, qlen)
+    for dev in devs:
+        if dev not in out:
+            raise error(f"{dev} in {netns or 'the root namespace'} has no {kind} root qdisc")
+    return out
 
 
 def replace_root(dev: str, netns: str | None, kind: str, options: bytes | None,
