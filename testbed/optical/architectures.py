@@ -12,8 +12,10 @@ packet for one of its outputs. One :class:`Architecture` entry each, holding
   ``testbed/optical/eventsim.py`` is the independent oracle of the paper's switches).
   An architecture whose behaviour is not a per-packet decision (E2's ``obs-edge``
   holds packets in a burst assembler; ``obs-core`` drops whole bursts announced by
-  control packets) has ``reference = None`` and names its reference in ``oracle``
-  (a module: ``testbed.optical.burst``, ``testbed.optical.burstloss``),
+  control packets; E5's ``ib`` serves its virtual output queues in an order later
+  arrivals decide) has ``reference = None`` and names its reference in ``oracle``
+  (a module: ``testbed.optical.burst``, ``testbed.optical.burstloss``,
+  ``testbed.optical.ramsim``),
 * its BPF code identifier: ``bpf``, the header ``ebpf/arch/<bpf>.h`` defining
   ``optsw_<bpf>_decide``, and ``code``, the value of ``cfg_node.arch``. This registry
   is the one source of the codes: ``testbed/optical/archgen.py`` generates the BPF
@@ -21,10 +23,11 @@ packet for one of its outputs. One :class:`Architecture` entry each, holding
 * the ``roles`` a node with it may have (``host``, ``edge``, ``core``),
 * its ``realisation`` (``testbed/optical/mechanisms.py``): ``edt`` (decided at arrival,
   stamped, released by fq) or ``holding`` (released by a mechanism that can wait for
-  later events: ``obs-edge``'s obsburst qdisc; a holding realisation whose mechanism
-  does not exist yet fails naming what is missing), and ``mechanism_options``: what
-  that mechanism needs, from the parameter values and the node
-  (:class:`~testbed.optical.mechanisms.NodeContext`: D, port rates, host ports).
+  later events: ``obs-edge``'s obsburst qdisc, ``ib``'s voq qdisc; a holding
+  realisation whose mechanism does not exist yet fails naming what is missing), and
+  ``mechanism_options``: what that mechanism needs, from the parameter values and the node
+  (:class:`~testbed.optical.mechanisms.NodeContext`: node id, D, port rates and
+  propagation, host ports, lookahead).
 
 A node gets an :class:`Assignment`: an architecture and its parameter values.
 
@@ -41,7 +44,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from testbed.errors import DefinitionError
-from testbed.optical import hostnic, model, obsburst
+from testbed.optical import hostnic, model, obsburst, voq
 from testbed.optical.burst import ClassParams
 from testbed.optical.layout import ARCH_CFG_BYTES, MAX_NE, PortConfig
 from testbed.optical.mechanisms import EDT, EDT_FQ, Mechanism, NodeContext, Realisation
@@ -425,6 +428,28 @@ OB = Architecture(
     "its waiting IP bytes plus the packet fit in B, else dropped",
     reference=model.OutputRamModel,
     params=_ram_param("B, optical RAM per output, IP datagram bytes"), roles=("core",))
+
+
+def ib_options(context: NodeContext, values: Mapping[str, int], key: str) -> voq.VoqOptions:
+    """ib's voq configuration on a node described by ``context``: B =
+    ``buffer_bytes`` per input shared by its VOQs, round-robin scheduling (ramsim's
+    defaults), the node's id, per port its emulation rate, propagation and host flag,
+    the lookahead M = the switch option ``lookahead_ns`` (default
+    :data:`testbed.optical.voq.DEFAULT_LOOKAHEAD_NS`). Raises DefinitionError naming
+    ``key.lookahead_ns`` when M is not below every link's propagation (emulation ns),
+    ``key`` when a port leaves the qdisc's range (:func:`testbed.optical.voq.node_options`)."""
+    return voq.node_options(context, values["buffer_bytes"], key=key)
+
+
+IB = Architecture(
+    "ib", 10, "ib", "input buffering, optical RAM: per input B bytes shared by a virtual output queue per output, "
+    "an N x N fabric with speedup 1 (a packet holds its output and its input's fabric port); cut-through when both "
+    "are free and its VOQ is empty, else it joins the VOQ if the input's waiting IP bytes plus its own fit in B, "
+    "else dropped; at every instant a port frees, round-robin matches free outputs with free inputs (voq qdisc, "
+    "decided on the intended timeline a lookahead M late)",
+    reference=None, oracle="testbed.optical.ramsim",
+    params=_ram_param("B, optical RAM per input, IP datagram bytes"), roles=("core",),
+    realisation=voq.VOQ_HOLDING, mechanism_options=ib_options)
 SB = Architecture(
     "sb", 7, "sb", "shared buffering, optical RAM: as ob, the node's waiting IP bytes against one memory of "
     "ports x B",
@@ -451,7 +476,7 @@ FIFO = Architecture(
                       FQ_HORIZON_NS, ctype="u64", duration=True, emulation_hi=FQ_HORIZON_NS),))
 
 #: every architecture; the BPF dispatch is generated from this list (archgen.py)
-REGISTRY = Registry([NIC, ELECTRONIC, FIFO, ALL_OPTICAL, HYBRID, OBS_EDGE, OBS_CORE, OB, SB, WCSB])
+REGISTRY = Registry([NIC, ELECTRONIC, FIFO, ALL_OPTICAL, HYBRID, OBS_EDGE, OBS_CORE, OB, IB, SB, WCSB])
 
 
 def parse(spec: str, ports: int | None = None, *, role: str | None = DEFAULT_SWITCH_ROLE,

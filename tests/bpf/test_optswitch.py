@@ -119,11 +119,13 @@ def _registry_assignments() -> list:
 
 def test_architectures_without_a_per_packet_model_are_the_ones_with_their_own_bpf_tests():
     """obs-edge (holding: its timing is the obsburst qdisc's) and obs-core (its decisions
-    depend on control packets) are checked against their oracles in tests/bpf/test_obs.py;
-    another architecture without a per-packet reference needs a BPF test of its own."""
+    depend on control packets) are checked against their oracles in tests/bpf/test_obs.py,
+    ib (holding: its decisions are the voq qdisc's) by
+    test_ib_holds_every_packet_for_its_voq_qdisc below; another architecture without a
+    per-packet reference needs a BPF test of its own."""
     from testbed.optical.architectures import REGISTRY
 
-    assert sorted(a.name for a in REGISTRY if a.reference is None) == ["obs-core", "obs-edge"]
+    assert sorted(a.name for a in REGISTRY if a.reference is None) == ["ib", "obs-core", "obs-edge"]
 
 
 @pytest.mark.root
@@ -431,3 +433,45 @@ def test_fifo_equals_its_reference_model_on_a_random_trace(pin_dir, tdf):
             for b in state["ports"]] == \
         [(r.cut, r.buffered, r.dropped, r.bytes, r.busy_ns, r.max_occ_bytes) for r in ref.state]
     assert state["max_occ_bytes"] == ref.max_occ_bytes
+
+
+@pytest.mark.root
+def test_ib_holds_every_packet_for_its_voq_qdisc(pin_dir):
+    """ib (ebpf/arch/ib.h) decides nothing: every packet, towards a host or a switch, is
+    handed to the port's voq qdisc (kernel/sch_voq.c) with what it reads (kernel/voq.h):
+    verdict OK, cb[0] = OPTSW_HOLD, cb[1] = the input port as the ingress program left it,
+    skb->tstamp = a (its intended arrival here; in test mode the injected time). Each is
+    counted in its output's ``held``; the output's reservation and decision counters stay
+    untouched (the qdisc's counters are the node's decisions)."""
+    import struct
+
+    from testbed.optical import voq
+
+    rng = random.Random(8)
+    n_a = 4
+    ports = [PortConfig(PS, prop_ns=rng.choice((0, 4830)), peer_host=p % 2 == 0) for p in range(n_a)]
+    trace = sorted((rng.randrange(10**6, 10**9), rng.choice((64, 1514, 9064)), rng.randrange(n_a),
+                    rng.randrange(n_a)) for _ in range(200))
+    bpf.optswitch_load(pin_dir)
+    maps.configure_node(pin_dir, 3, REGISTRY.parse("ib:1500", n_a), ports)
+    hook = pin_dir / "maps" / "optsw_hook"
+    batch = bpf.Batch().load(bpf.object_path(bpf.OPTSWITCH), pin_dir,
+                             rodata=bpf._optsw_rodata(3, is_switch=True, test_mode=True))
+    for t, ln, out, inp in trace:
+        batch.update(hook, layout.u32_key(0), layout.hook_value(t, ln, out, 0))
+        ctx = bytearray(bpf.SKB_CTX_SIZE)
+        struct.pack_into("<I", ctx, bpf.SKB_CB_OFFSET + 4 * voq.CB_IN_PORT, inp)
+        batch.test_run(f"@{bpf.OPTSW_EGRESS}", data=bpf.udp_frame(min(ln, bpf.TEST_RUN_FRAME_MAX), "10.0.0.2"),
+                       ctx=bytes(ctx))
+    got = []
+    for r in batch.run():
+        if r is not None and r["op"] == "test-run":
+            out = bytes.fromhex(r["ctx_out"])
+            cb0, cb1 = struct.unpack_from("<II", out, bpf.SKB_CB_OFFSET + 4 * voq.CB_DECISION)
+            got.append((r["retval"], cb0, cb1,
+                        int.from_bytes(out[bpf.SKB_TSTAMP_OFFSET:bpf.SKB_TSTAMP_OFFSET + 8], "little")))
+    assert got == [(0, voq.OPTSW_HOLD, inp, t) for t, _ln, _out, inp in trace]
+    state = maps.read_states(pin_dir, {3: n_a})[3]["ports"]
+    assert [b["held"] for b in state] == [sum(1 for x in trace if x[2] == p) for p in range(n_a)]
+    assert all((b["cut"], b["buffered"], b["dropped"], b["bytes"], b["busy_ns"], b["out_free_ns"]) == (0,) * 6
+               for b in state)

@@ -139,10 +139,13 @@ def test_each_architecture_has_its_reference_model():
     assert all(issubclass(k, model.PortModel) for k in kinds.values())
     assert parse("hybrid:3").reference(ports).n_e == 3  # type: ignore[attr-defined]
     oracles = {a.name: a.oracle for a in REGISTRY if a.reference is None}
-    assert oracles == {"obs-edge": "testbed.optical.burst", "obs-core": "testbed.optical.burstloss"}
+    assert oracles == {"obs-edge": "testbed.optical.burst", "obs-core": "testbed.optical.burstloss",
+                       "ib": "testbed.optical.ramsim"}
     for name, module in oracles.items():
         if name == "obs-edge":  # burstloss.py is the bpf helper's, maybe not there yet
             assert hasattr(importlib.import_module(module), "assemble")
+        if name == "ib":  # the paper's node, input buffering among its architectures
+            assert "IB" in importlib.import_module(module).ARCHITECTURES
         with pytest.raises(TypeError, match=f"'{name}' has no per-packet reference model; its reference is {module}"):
             REGISTRY.assignment(name, {p.name: p.lo for p in REGISTRY.get(name, role=None).params},
                                 role=None).reference(ports)
