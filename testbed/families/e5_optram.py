@@ -59,8 +59,8 @@ if TYPE_CHECKING:
 MSS = 1460
 IP_PACKET = 1500
 FRAME = IP_PACKET + 14
-#: the core architectures E5 compares (input buffering, ``ib``, is not built yet)
-ARCHS = ("ob", "sb", "wcsb")
+#: the core architectures E5 compares (``ib``: the voq qdisc, docs/ib-holding.md)
+ARCHS = ("ob", "ib", "sb", "wcsb")
 #: sender behaviours: none (the ``cca`` profile) or tcp (paced Reno)
 PACINGS = ("none", "tcp")
 #: the congestion-control profiles a standard sender may run (paper: Reno)
@@ -272,11 +272,12 @@ class E5OpticalRam(FlowFamily):
 
 # -- measurements -------------------------------------------------------------------------
 def _fabric_totals(fp: FlowPoint) -> dict[str, int]:
-    """Sums over the core nodes' ports (cut, buffered, dropped) and the edge nodes'
-    drops, the core nodes' occupancy overflows, and the switches' decisions."""
+    """Sums over the core nodes' ports (cut, buffered, dropped; on ib cores the voq
+    qdiscs' decisions, and ``core_late``, the packets they decided late) and the edge
+    nodes' drops, the core nodes' occupancy overflows, and the switches' decisions."""
     fabric = fp.emu.optical
     roles = {name: np.role for name, np in fabric.nodes.items()}
-    out = {"core_cut": 0, "core_buffered": 0, "core_dropped": 0, "edge_dropped": 0, "switched": 0}
+    out = {"core_cut": 0, "core_buffered": 0, "core_dropped": 0, "core_late": 0, "edge_dropped": 0, "switched": 0}
     overflow: dict[str, int] = {}
     for r in fabric.counters():
         role = roles.get(r["node"])
@@ -284,6 +285,7 @@ def _fabric_totals(fp: FlowPoint) -> dict[str, int]:
             out["core_cut"] += r["cut_through"]
             out["core_buffered"] += r["buffered"]
             out["core_dropped"] += r["dropped"]
+            out["core_late"] += r.get("late", 0)
             overflow[r["node"]] = r["node_occ_overflow"]
         elif role == "edge":
             out["edge_dropped"] += r["dropped"]
