@@ -1,7 +1,7 @@
 /* User-space stand-ins for the kernel API that kernel/sch_voq.c uses, so that the
  * module's source, unchanged, can be compiled into a shared library (with
  * tests/kshim/voq_harness.c) and driven from Python (ctypes) on a host without module
- * loading: tests/unit/test_voq_kernel.py. Every linux/*.h and net/*.h the module includes
+ * loading: tests/unit/test_voq_kernel.py. Every linux/ and net/ header the module includes
  * resolves to this file (-I tests/kshim).
  *
  * What is faithful: the types and helpers the module calls (skb->cb as qdisc_skb_cb, the
