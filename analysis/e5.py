@@ -50,7 +50,8 @@ import pandas as pd  # noqa: E402
 
 from analysis import findings  # noqa: E402
 from analysis.e5_findings import (BUFFER_COL, DROPS, FIDELITY_BOUND, GOODPUT, MSS_B, PAPER_RANGE,  # noqa: E402
-                                  arch_name, archs, buffers, evaluate, flagged, pacing_name, pacings, prepare, rows)
+                                  arch_name, archs, buffers, evaluate, flagged, not_exact, pacing_name, pacings, prepare,
+                                  rows)
 from analysis.stats import mean_ci  # noqa: E402
 
 LEVEL = findings.LEVEL
@@ -59,7 +60,7 @@ CONTEXT_PARAMS = ("topology", "cca", "flows", "scale", "rate", "duration", "wind
                   "bin")
 #: the summary columns this analysis reads (parameters and metrics of the E5 family)
 COLUMNS_READ = ("point", "rep", "arch", "pacing", "buffer", *CONTEXT_PARAMS, GOODPUT, "goodput_per_flow_median_Bps",
-                "flows_started", "flows_measured", "flows_failed", DROPS, "edge_drops", "occ_overflow",
+                "flows_started", "flows_measured", "flows_failed", DROPS, "edge_drops", "occ_overflow", "core_late",
                 "window_start_late_s", "loss_events_rto", "loss_events_fast", "retrans_segs",
                 "spurious_retrans_segs", "lateness_p99_over_tau", "packet_hops_per_wall_s", "paper_s_per_wall_s")
 #: line colours: one per architecture, one per pacing (the same in every figure)
@@ -251,7 +252,7 @@ def fidelity_text(g: pd.DataFrame) -> str:
     """``ok``, ``not exact``, ``beyond the fidelity bound`` (both joined by ``; ``), or
     ``lateness unknown`` when no run of ``g`` has a lateness value."""
     bits = []
-    if (_num(g, "occ_overflow") > 0).any():
+    if not_exact(g).any():
         bits.append("not exact")
     late = _num(g, "lateness_p99_over_tau")
     if (late > FIDELITY_BOUND).any():
@@ -309,17 +310,20 @@ def artefacts_table(s: pd.DataFrame) -> pd.DataFrame:
 def fidelity_table(s: pd.DataFrame) -> pd.DataFrame:
     """The runs not exact (occ_overflow > 0) or beyond the fidelity bound
     (lateness_p99_over_tau > FIDELITY_BOUND), with why."""
-    cols = ["point", "rep", "arch", "pacing", "buffer", "occ_overflow", "lateness_p99_over_tau", "why"]
+    cols = ["point", "rep", "arch", "pacing", "buffer", "occ_overflow", "core_late", "lateness_p99_over_tau", "why"]
     bad = s[flagged(s)]
     out = []
     for _, r in bad.sort_values(["arch", "pacing", BUFFER_COL]).iterrows():
         why = []
         if _float(r.get("occ_overflow")) > 0:
             why.append("not exact: more packets waiting in a node than the BPF tracks (admission an upper bound)")
+        if _float(r.get("core_late")) > 0:
+            why.append("not exact: ib arrivals after their instant was decided (lateness beyond the lookahead)")
         if _float(r.get("lateness_p99_over_tau")) > FIDELITY_BOUND:
             why.append(f"beyond the fidelity bound: p99 lateness > {FIDELITY_BOUND:g} x a frame's duration")
         out.append({"point": r.get("point", ""), "rep": r.get("rep", ""), "arch": r["arch"], "pacing": r["pacing"],
                     "buffer": r["buffer"], "occ_overflow": r.get("occ_overflow", math.nan),
+                    "core_late": r.get("core_late", math.nan),
                     "lateness_p99_over_tau": r.get("lateness_p99_over_tau", math.nan), "why": "; ".join(why)})
     return pd.DataFrame(out, columns=cols)
 

@@ -235,13 +235,23 @@ def buffer_text(b: float) -> str:
     return f"{format_si(b, Dim.SIZE)} ({b / MSS_B:.3g} MSS)"
 
 
+def not_exact(g: pd.DataFrame) -> pd.Series:
+    """Per run: the core's decisions not exact: occupancy slots merged (``occ_overflow`` >
+    0: ob/sb/wcsb admission an upper bound) or ib decisions taken after late arrivals
+    (``core_late`` > 0: lateness beyond the voq qdisc's lookahead); False where unknown."""
+    out = pd.Series(False, index=g.index)
+    for column in ("occ_overflow", "core_late"):
+        if column in g:
+            out |= pd.to_numeric(g[column], errors="coerce") > 0
+    return out
+
+
 def flagged(g: pd.DataFrame) -> pd.Series:
-    """Per run: not exact (occ_overflow > 0) or beyond the fidelity bound
+    """Per run: not exact (:func:`not_exact`) or beyond the fidelity bound
     (lateness_p99_over_tau > :data:`FIDELITY_BOUND`); False where unknown."""
-    occ = pd.to_numeric(g["occ_overflow"], errors="coerce") if "occ_overflow" in g else pd.Series(0, index=g.index)
     late = (pd.to_numeric(g["lateness_p99_over_tau"], errors="coerce") if "lateness_p99_over_tau" in g
             else pd.Series(math.nan, index=g.index))
-    return (occ > 0) | (late > FIDELITY_BOUND)
+    return not_exact(g) | (late > FIDELITY_BOUND)
 
 
 def _side(*groups: pd.DataFrame) -> str:
@@ -250,7 +260,8 @@ def _side(*groups: pd.DataFrame) -> str:
     if used.empty:
         return ""
     k = int(flagged(used).sum())
-    return f"{k} of {len(used)} runs used not exact (occ_overflow > 0) or beyond the fidelity bound" if k else ""
+    return (f"{k} of {len(used)} runs used not exact (occ_overflow or core_late > 0) or beyond the fidelity bound"
+            if k else "")
 
 
 def _values(g: pd.DataFrame, column: str) -> pd.Series:

@@ -5,7 +5,8 @@ spec ``../shared/spec/e5-optical-ram-pacing.md``; docs/e5.md).
 
 NSFNET (topologies/nsfnet.py: 14 core nodes, the paper's Fig. 3 delays, one edge node
 per core node at 0.1 ms, one host behind each edge node). Core nodes have the point's
-optical RAM architecture (``ob``, ``sb``, ``wcsb``: testbed/optical/architectures.py)
+optical RAM architecture (``ob``, ``ib``, ``sb``, ``wcsb``:
+testbed/optical/architectures.py; ``ib`` is the voq holding qdisc, docs/ib-holding.md)
 with B bytes per link, edge nodes a store-and-forward FIFO holding at most 0.25 s
 (``fifo``). Every link runs at the paper's 1 Gb/s (divided by ``scale``). TCP Reno flows
 enter between uniformly random pairs of hosts at Poisson instants during the run (1586
@@ -101,8 +102,9 @@ class E5OpticalRam(FlowFamily):
     count_ports = False
     params = (
         Param("topology", "choice", "nsfnet", "the mesh: NSFNET (14 core nodes, paper Fig. 3)", choices=TOPOLOGIES),
-        Param("arch", "choice", "sb", "core nodes' optical RAM architecture: ob (B per output), sb (one memory of "
-              "ports x B per node), wcsb (one memory of B per node)", choices=ARCHS),
+        Param("arch", "choice", "sb", "core nodes' optical RAM architecture: ob (B per output), ib (B per input, "
+              "virtual output queues, round robin), sb (one memory of ports x B per node), wcsb (one memory of B "
+              "per node)", choices=ARCHS),
         Param("buffer", Dim.SIZE, "15 kB", "B, optical RAM per link in IP datagram bytes (paper: below 1 MSS to "
               "1 MB; 1500 B = one full packet)", lo=0, hi=1e9),
         Param("pacing", "choice", "none", "senders: none (standard TCP) or tcp (paced Reno: each window over an "
@@ -139,6 +141,8 @@ class E5OpticalRam(FlowFamily):
         Metric("edge_drops", "count", "packets the edge nodes dropped (whole run)"),
         Metric("occ_overflow", "count", "core admissions with more packets waiting in a node than the BPF "
                "tracks (then an upper bound: not exact; docs/e5.md)"),
+        Metric("core_late", "count", "ib only: arrivals the voq qdisc saw after it had decided their instant "
+               "(lateness beyond its lookahead: decisions not exact; docs/ib-holding.md); 0 otherwise"),
         Metric("window_start_late_s", "s", "how late the counters were read at the window's start (paper s)"),
         Metric("link_rate_bps", "bit/s", "every link's rate as emulated (rate / scale), paper units"),
         *SUMMARY_METRICS,
@@ -361,6 +365,7 @@ def summarise(fp: FlowPoint, result: "TrafficResult") -> dict[str, Any]:
         "core_buffered_fraction": window_buf / window_fwd if window_fwd else math.nan,
         "edge_drops": t_end["edge_dropped"],
         "occ_overflow": t_end["occ_overflow"],
+        "core_late": t_end.get("core_late", 0),
         "window_start_late_s": late,
         "link_rate_bps": scaled_rate_bps(v),
         **tcp.summary_columns(),

@@ -37,7 +37,7 @@ def run_rows(arch: str, pacing: str, b: float, goodput: float, *, reps=TIGHT, dr
                     "goodput_per_flow_Bps": goodput * f, "goodput_per_flow_median_Bps": goodput * f * 0.9,
                     "flows_started": 16, "flows_measured": 12, "flows_failed": 0, "core_packets": 50000,
                     "core_drop_rate": drop * f, "core_drop_rate_run": drop, "core_buffered_fraction": 0.2,
-                    "edge_drops": 3, "occ_overflow": occ, "window_start_late_s": 1e-4, "link_rate_bps": 1e7,
+                    "edge_drops": 3, "occ_overflow": occ, "core_late": 0, "window_start_late_s": 1e-4, "link_rate_bps": 1e7,
                     "loss_events_rto": 2 + rep, "loss_events_fast": 8, "retrans_segs": 20 + rep,
                     "spurious_retrans_segs": rep, "lateness_p99_s": late * 1.2e-3, "lateness_p99_over_tau": late,
                     "lateness_max_s": 1e-3, "packet_hops_per_wall_s": 2e4, "paper_s_per_wall_s": 0.05})
@@ -351,3 +351,18 @@ def test_the_report_of_a_results_folder(tmp_path):
     page = index.read_text()
     assert page.index(html.escape(findings.TITLE)) < page.index("goodput_pacing-none.png")
     assert "xcp not run" in page and "ib not run" in page
+
+
+def test_late_ib_decisions_make_a_run_not_exact():
+    """core_late > 0 (an ib arrival after its instant was decided) flags the run as not
+    exact, as an occupancy overflow does; a run with neither is not flagged."""
+    from analysis.e5_findings import flagged, not_exact, prepare
+
+    s = smoke_summary()
+    clean = s[(s["arch"] == "ob") & (s["buffer"] == "1.5 kB")].copy()
+    assert not not_exact(clean).any()
+    clean.loc[clean.index[0], "core_late"] = 2
+    assert list(not_exact(clean)) == [True] + [False] * (len(clean) - 1)
+    assert flagged(clean).iloc[0]
+    table = e5.fidelity_table(prepare(clean))
+    assert len(table) == 1 and "ib arrivals after their instant was decided" in table["why"].iloc[0]

@@ -130,7 +130,7 @@ def test_summarise_measures_the_window_over_flows_started_before_it(tmp_path):
     start = {"core_cut": 100, "core_buffered": 50, "core_dropped": 10, "edge_dropped": 0, "switched": 400,
              "occ_overflow": 0}
     end = {"core_cut": 1000, "core_buffered": 150, "core_dropped": 50, "edge_dropped": 2, "switched": 4000,
-           "occ_overflow": 3}
+           "occ_overflow": 3, "core_late": 4}
     zero = LossDetection(**{k: 0 for k in LossDetection.__dataclass_fields__})
     timeline = SimpleNamespace(done=[{"label": "core counters at the window's start", "planned_s": 8.0,
                                       "ran_s": 8.01}])
@@ -157,7 +157,7 @@ def test_summarise_measures_the_window_over_flows_started_before_it(tmp_path):
     assert row["core_packets"] == 1200 - 160 and row["core_drop_rate"] == pytest.approx(40 / 1040)
     assert row["core_drop_rate_run"] == pytest.approx(50 / 1200)
     assert row["core_buffered_fraction"] == pytest.approx(100 / 1000)
-    assert (row["edge_drops"], row["occ_overflow"]) == (2, 3)
+    assert (row["edge_drops"], row["occ_overflow"], row["core_late"]) == (2, 3, 4)
     assert row["window_start_late_s"] == pytest.approx(0.01)
     assert row["link_rate_bps"] == pytest.approx(10e6)
     tau = 1514 * 8 / 10e6
