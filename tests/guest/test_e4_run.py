@@ -18,9 +18,10 @@ reorders (the sender detects reordering after it and never before: its own losse
 r1's queue are holes, not reordering), duplicate ACKs follow it, and the rate after is
 the link's. (A window-held flow sends its window in a train per RTT, so a move in the gap
 between two trains reorders nothing: measured 0 duplicate ACKs at a phase of 0.84 RTT,
-78-152 at 0.03-0.26. BBR is no fix: held at 1.0 of the limit it paced its window into
-part of the RTT and a move at phase 0.22 found nothing in flight (0 duplicate ACKs,
-guest run of 2026-11-24); at 0.80 of the limit it had 332. A link-held flow's
+78-152 at 0.03-0.26. BBR is no fix: in this test's guest run of 2026-11-24 a BBR flow
+at its limit had 0 duplicate ACKs after the move (its data were not kept; presumably its
+paced window left a gap the move fell into), in a second run of the same definition at
+0.80 of the limit 332 (results/e4-debug/bbr1). A link-held flow's
 bottleneck queue keeps packets on the IP path at every instant, so the move overtakes
 some whatever its phase.)
 
