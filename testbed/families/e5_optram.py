@@ -24,8 +24,9 @@ paper's time. Whether per-flow goodput is invariant under this scaling is an ope
 packet (the paper's "MSS 1500 Bytes" IP datagram) and a 1514 B frame; the optical RAM
 counts IP bytes (docs/e5.md).
 
-**Routing.** Minimum-hop paths, one per flow (a hash of its addresses and ports picks
-among equal ones): no reordering, as the paper's single static route per pair.
+**Routing.** Minimum-hop paths; ``routing = "flow"``: one per flow (a hash of its
+addresses and ports picks among equal ones); ``"pair"``: one per destination (the
+lowest equal-cost port), the paper's single static route per pair. Neither reorders.
 
 **Pacing.** ``pacing = "none"``: profile ``reno``; ``"tcp"``: profile ``paced-reno``
 (pacing rate = cwnd / srtt, the sender spreads each window over an RTT; TCP's own
@@ -67,6 +68,8 @@ PACINGS = ("none", "tcp")
 #: the congestion-control profiles a standard sender may run (paper: Reno)
 CCAS = ("reno", "sack", "cubic")
 TOPOLOGIES = ("nsfnet",)
+#: how flows pick among equal minimum-hop paths (``pair``: one static route per destination)
+ROUTINGS = ("flow", "pair")
 
 
 def core_spec(values: dict[str, Any]) -> str:
@@ -109,6 +112,9 @@ class E5OpticalRam(FlowFamily):
               "1 MB; 1500 B = one full packet)", lo=0, hi=1e9),
         Param("pacing", "choice", "none", "senders: none (standard TCP) or tcp (paced Reno: each window over an "
               "RTT; needs cca = reno)", choices=PACINGS),
+        Param("routing", "choice", "flow", "paths among equal minimum-hop ones: flow (one per flow, by a hash of "
+              "its addresses and ports) or pair (one per destination, the lowest port: the paper's static route per "
+              "pair; XCP needs it)", choices=ROUTINGS),
         Param("cca", "choice", "reno", "congestion-control profile of standard senders (paper: Reno)",
               choices=CCAS),
         Param("flows", "int", 1586, "TCP flows entering at Poisson instants during the run (paper: 1586)",
@@ -223,6 +229,7 @@ class E5OpticalRam(FlowFamily):
         core = architectures.REGISTRY.parse(core_spec(fp.values), role="core", key="params.buffer")
         edge = architectures.REGISTRY.parse(edge_spec(fp.values), role="edge", key="params.edge_buffer")
         fabric.reconfigure(fabric.by_role({"core": core, "edge": edge}))
+        fabric.set_routing(flow_hash=fp.values["routing"] == "flow", single=fp.values["routing"] == "pair")
         for h in fp.emu.hosts():
             h.sysctl("net.ipv4.tcp_timestamps", 0)
 

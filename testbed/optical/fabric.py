@@ -51,6 +51,7 @@ from testbed.optical.architectures import Assignment
 from testbed.optical.layout import PortConfig
 from testbed.optical.mechanisms import HOLDING, Mechanism, NodeContext
 from testbed.optical.routes import next_hops
+from testbed.optical.xcpplan import NodeShape, single_routes
 from testbed.units import propagation_delay_s
 
 log = logging.getLogger(__name__)
@@ -229,8 +230,17 @@ class OpticalFabric:
             np.ports = [dataclasses.replace(p, ifindex=ifx[d]) for p, d in zip(np.ports, np.devs)]
             np.ifindex_of_port = {i: ifx[d] for i, d in enumerate(np.devs)}
         self._write_configs()
-        maps.set_routes(self.pin_dir, self.routes(), flow_hash=any(
-            getattr(self.emu.nodes[s], "flow_hash", False) for s in self.switches))
+        self.set_routing(flow_hash=any(getattr(self.emu.nodes[s], "flow_hash", False) for s in self.switches))
+
+    def set_routing(self, *, flow_hash: bool = False, single: bool = False) -> None:
+        """Write the routes (:meth:`routes`): every equal-cost port, chosen per packet at
+        random or, with ``flow_hash``, per flow by a hash of its addresses and ports;
+        ``single``: one port per (switch, destination), the lowest (a static route per
+        pair, which XCP's probes need: :func:`testbed.optical.xcpplan.single_routes`)."""
+        routes = self.routes()
+        if single:
+            routes = single_routes(routes)
+        maps.set_routes(self.pin_dir, routes, flow_hash=flow_hash and not single)
 
     def _install(self, np: NodePorts, *, fresh: bool = False) -> None:
         """Install the mechanism of ``np``'s realisation on its ports (the root qdiscs
@@ -339,6 +349,16 @@ class OpticalFabric:
                 if node in self.switches:
                     out[(self.nodes[node].node_id, ip)] = ports
         return out
+
+    def shapes(self) -> list[NodeShape]:
+        """Every node's shape (name, id, role, namespace, per port device, peer,
+        emulation rate and propagation): what :func:`testbed.optical.xcpplan.plan` reads."""
+        return [NodeShape(np.name, np.node_id, np.role, np.netns, tuple(np.devs), tuple(np.peers),
+                          tuple(np.rates_bps), tuple(p.prop_ns for p in np.ports)) for np in self.nodes.values()]
+
+    def host_ips(self) -> dict[str, str]:
+        """{host name: IPv4} of the fabric's hosts."""
+        return {h: self.emu.nodes[h].ip for h in self.hosts}  # type: ignore[attr-defined]
 
     def counters(self) -> list[dict]:
         """One row per (node, port): the qdisc releasing the port's packets, decisions,

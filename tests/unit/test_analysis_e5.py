@@ -32,7 +32,8 @@ def run_rows(arch: str, pacing: str, b: float, goodput: float, *, reps=TIGHT, dr
     out = []
     for rep, f in enumerate(reps):
         out.append({"point": "", "rep": rep, "seed": rep, "topology": "nsfnet", "arch": arch, "buffer": size(b),
-                    "pacing": pacing, "cca": "reno", "flows": 1586, "scale": scale, "rate": "1 Gbit/s",
+                    "pacing": pacing, "routing": "flow", "cca": "reno", "flows": 1586, "scale": scale,
+                    "rate": "1 Gbit/s",
                     "duration": "10 s", "window": "2 s", "cwnd_limit": 20, "edge_buffer": "250 ms", "bin": "500 ms",
                     "goodput_per_flow_Bps": goodput * f, "goodput_per_flow_median_Bps": goodput * f * 0.9,
                     "flows_started": 16, "flows_measured": 12, "flows_failed": 0, "core_packets": 50000,
