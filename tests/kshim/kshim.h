@@ -2,7 +2,9 @@
  * module's source, unchanged, can be compiled into a shared library (with
  * tests/kshim/voq_harness.c) and driven from Python (ctypes) on a host without module
  * loading: tests/unit/test_voq_kernel.py. Every linux/ and net/ header the module includes
- * resolves to this file (-I tests/kshim).
+ * resolves to this file (-I tests/kshim). kernel/sch_xcppace.c uses it too
+ * (tests/kshim/xcppace_harness.c, tests/unit/test_xcppace_kernel.py): nested netlink
+ * attributes, 128-bit division and the class operations are there for it.
  *
  * What is faithful: the types and helpers the module calls (skb->cb as qdisc_skb_cb, the
  * monotonic delivery time of 6.1, qdisc qlen/backlog/drops, netlink options and extack
@@ -27,6 +29,7 @@ typedef s64 ktime_t;
 #define BIT_ULL(n) (1ULL << (n))
 #define min(a, b) ((a) < (b) ? (a) : (b))
 #define min_t(t, a, b) ((t)(a) < (t)(b) ? (t)(a) : (t)(b))
+#define max_t(t, a, b) ((t)(a) > (t)(b) ? (t)(a) : (t)(b))
 #define unlikely(x) (x)
 #define __init
 #define __exit
@@ -37,6 +40,8 @@ typedef s64 ktime_t;
 #define LINUX_VERSION_CODE KERNEL_VERSION(6, 1, 0)
 #define GFP_KERNEL 0
 static inline u64 div_u64(u64 a, u32 b) { return a / b; }
+static inline u64 div64_u64(u64 a, u64 b) { return a / b; }
+static inline u64 mul_u64_u64_div_u64(u64 a, u64 b, u64 c) { return (u64)((unsigned __int128)a * b / c); }
 static inline int fls64(u64 x) { return x ? 64 - __builtin_clzll(x) : 0; }
 static inline u64 ktime_to_ns(ktime_t k) { return (u64)k; }
 static inline ktime_t ns_to_ktime(u64 ns) { return (ktime_t)ns; }
@@ -120,16 +125,38 @@ struct sk_buff *qdisc_peek_dequeued(struct Qdisc *q);
 struct nlattr { u16 nla_len; u16 nla_type; };
 static inline int nla_len(const struct nlattr *a) { return a->nla_len - 4; }
 static inline void *nla_data(const struct nlattr *a) { return (char *)a + 4; }
+static inline int nla_type(const struct nlattr *a) { return a->nla_type & 0x3fff; }
+static inline int nla_ok(const struct nlattr *a, int rem)
+{ return rem >= (int)sizeof(*a) && a->nla_len >= sizeof(*a) && a->nla_len <= rem; }
+static inline struct nlattr *nla_next(const struct nlattr *a, int *rem)
+{ int len = (a->nla_len + 3) & ~3; *rem -= len; return (struct nlattr *)((char *)a + len); }
+#define nla_for_each_nested(pos, nla, rem) \
+	for (pos = (struct nlattr *)nla_data(nla), rem = nla_len(nla); nla_ok(pos, rem); pos = nla_next(pos, &(rem)))
 struct netlink_ext_ack { const char *msg; };
 #define NL_SET_ERR_MSG_MOD(e, m) do { if (e) (e)->msg = (m); } while (0)
 #define TCA_OPTIONS 2
 static inline int nla_put(struct sk_buff *s, int t, int l, const void *d) { return 0; }
+static inline struct nlattr *nla_nest_start_noflag(struct sk_buff *s, int t) { static struct nlattr n; return &n; }
+static inline int nla_nest_end(struct sk_buff *s, struct nlattr *n) { return 0; }
+#define TC_H_MIN(h) ((h) & 0x0000FFFFU)
+struct tcmsg { unsigned char tcm_family, tcm__pad1; unsigned short tcm__pad2; int tcm_ifindex;
+	       u32 tcm_handle, tcm_parent, tcm_info; };
+struct qdisc_walker { int stop; int skip; int count;
+		      int (*fn)(struct Qdisc *, unsigned long, struct qdisc_walker *); };
 struct gnet_dump { char buf[4096]; int len; };
 static inline int gnet_stats_copy_app(struct gnet_dump *d, void *st, int len) { memcpy(d->buf, st, len); d->len = len; return 0; }
 
 struct module;
 #define THIS_MODULE NULL
+struct Qdisc_class_ops {
+	struct Qdisc *(*leaf)(struct Qdisc *, unsigned long);
+	unsigned long (*find)(struct Qdisc *, u32);
+	void (*walk)(struct Qdisc *, struct qdisc_walker *);
+	int (*dump)(struct Qdisc *, unsigned long, struct sk_buff *, struct tcmsg *);
+	int (*dump_stats)(struct Qdisc *, unsigned long, struct gnet_dump *);
+};
 struct Qdisc_ops {
+	const struct Qdisc_class_ops *cl_ops;
 	const char *id; int priv_size;
 	int (*enqueue)(struct sk_buff *, struct Qdisc *, struct sk_buff **);
 	struct sk_buff *(*dequeue)(struct Qdisc *);
