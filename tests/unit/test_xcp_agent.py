@@ -1,0 +1,447 @@
+"""The XCP agent (controllers/xcp_agent.py) against the closed-loop reference
+testbed/xcpsim.py, and on hand-built counters whose answers are known by construction.
+
+The oracle runs: the agent drives a small packet-level data plane written here
+(:class:`PacketPlane`: leaky-bucket pacers with timed rate changes and per-interval
+rings, FIFO outputs with the BPF accumulator's slots), on a virtual clock in emulation
+ns (D = 20 and D = 1); xcpsim runs the same dumbbell in paper time with its own
+pacers, links and controllers. Neither shares code with the agent beyond
+testbed/xcp.py's formulas."""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+from dataclasses import dataclass
+
+import pytest
+
+from controllers.xcp_agent import (SLOT_NONE, AccSlot, AgentConfig, CoreConfig, EdgeConfig, HopConfig,
+                                   MacroflowConfig, OutputConfig, RateChange, ReverseHopConfig, XcpAgent,
+                                   XcpConfigError, config_from_dict, config_loads)
+from testbed import xcp, xcpsim
+
+NS = 1_000_000_000
+D_PAPER = 0.05
+PKT = 1500
+R_MIN = 8 * PKT / D_PAPER          # one packet per interval, paper bit/s
+
+
+# -- configurations ---------------------------------------------------------------------------------
+def dumbbell_config(n: int, capacity: float, start_rate: float, *, tdf: float, epoch_ns: int = 10 * NS,
+                    start_active: bool = True, core_delay: float = 0.005, edge_delay: float = 0.0001,
+                    margin_ns: int = 1_000_000) -> AgentConfig:
+    """xcpsim.dumbbell(n, capacity) as the agent's config: c0 port 0 -> c1, port k+1 ->
+    i<k>; c1 port 0 -> c0, port k+1 -> o<k>; i<k> / o<k> uplink port 0."""
+    c0 = CoreConfig("c0", 100, (OutputConfig(0, capacity, "c1", core_delay),
+                                *(OutputConfig(k + 1, capacity, f"i{k}", edge_delay) for k in range(n))))
+    c1 = CoreConfig("c1", 101, (OutputConfig(0, capacity, "c0", core_delay),
+                                *(OutputConfig(k + 1, capacity, f"o{k}", edge_delay) for k in range(n))))
+    edges = tuple(EdgeConfig(f"i{k}", k, f"ns-i{k}", f"i{k}-eth0", 0, capacity, "c0", edge_delay) for k in range(n))
+    mfs = tuple(MacroflowConfig(f"f{k}", 0, f"i{k}", f"o{k}", "data",
+                                (HopConfig(f"i{k}", 0), HopConfig("c0", 0), HopConfig("c1", k + 1)),
+                                (ReverseHopConfig(f"o{k}", 0, "c1", edge_delay), ReverseHopConfig("c1", 0, "c0", core_delay),
+                                 ReverseHopConfig("c0", k + 1, f"i{k}", edge_delay)),
+                                start_rate, start_active=start_active) for k in range(n))
+    return AgentConfig(epoch_ns, tdf, (c0, c1), edges, mfs, margin_ns=margin_ns, rate_delay_s=0.0005)
+
+
+# -- a packet-level data plane on a virtual clock -----------------------------------------------------
+@dataclass
+class PacerIv:
+    bytes: int
+    packets: int
+    qmin_ns: int | None
+    class_bytes: tuple[int, ...]
+    class_packets: tuple[int, ...]
+
+
+class PacketPlane:
+    """Backlogged macroflows (from ``start_ns`` each) paced by leaky buckets with no burst
+    allowance at their ingress edge (rate changes at their instants, re-spaced from the
+    last release), serialised on the uplink, then FIFO outputs (cut through: the next
+    node sees a packet's head at departure + propagation). Counts what the kernel
+    counts: per pacer a 4-interval ring (bytes / packets by departure, per class too,
+    smallest link backlog of a departing head), per core output 4 slots (bytes of
+    arrivals by intended arrival, smallest backlog found). Emulation ns, rates emulation
+    bit/s (the config's paper values / D)."""
+
+    def __init__(self, cfg: AgentConfig, start_ns: dict[str, int] | None = None) -> None:
+        self.cfg, D = cfg, cfg.tdf
+        self.E, self.d_e = cfg.epoch_ns, cfg.interval_ns
+        self.now = 0
+        self.done = -1                       # every event at or before it has been processed
+        self.late_rates = 0
+        self.heap: list[tuple] = []
+        self.seq = 0
+        self.outs = {}                       # (node, port) -> [rate bit/s, prop ns, free ns, slots, peer]
+        for c in cfg.cores:
+            for o in c.outputs:
+                self.outs[(c.name, o.port)] = [o.capacity_bps / D, round(o.prop_s * D * NS), 0,
+                                               [[SLOT_NONE, 0, SLOT_NONE, 0, 0] for _ in range(4)], o.peer]
+        self.edges = {e.name: {"rate": e.capacity_bps / D, "prop": round(e.prop_s * D * NS), "free": 0, "ring": {},
+                               "ncls": 1 + max(m.cls for m in cfg.macroflows if m.src == e.name)}
+                      for e in cfg.edges}
+        self.flows = {}
+        for m in cfg.macroflows:
+            f = {"cfg": m, "rate": m.initial_rate_bps / D, "last": None, "version": 0,
+                 "start": (start_ns or {}).get(m.name, self.E), "hops": [(h.node, h.port) for h in m.path[1:]]}
+            self.flows[m.name] = f
+            self._push(f["start"], 1, "release", (f, 0))
+
+    def _push(self, t: int, prio: int, kind: str, args: tuple) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, prio, self.seq, kind, args))
+
+    def _gap(self, f: dict) -> int:
+        return max(1, round(8 * PKT * NS / f["rate"]))
+
+    def _k(self, t: int) -> int:
+        return (t - self.E) // self.d_e
+
+    def run_to(self, t: int) -> None:
+        while self.heap and self.heap[0][0] <= t:
+            te, _p, _s, kind, args = heapq.heappop(self.heap)
+            getattr(self, "_" + kind)(te, *args)
+        self.done = max(self.done, t)
+
+    def _rate(self, t: int, f: dict, rate: float) -> None:
+        f["rate"] = rate
+        if f["last"] is not None:
+            f["version"] += 1
+            self._push(max(t, f["last"] + self._gap(f)), 1, "release", (f, f["version"]))
+
+    def _release(self, t: int, f: dict, version: int) -> None:
+        if version != f["version"]:
+            return
+        m = f["cfg"]
+        e = self.edges[m.src]
+        dep = max(t, e["free"])
+        backlog = max(0, e["free"] - t)
+        e["free"] = dep + round(8 * PKT * NS / e["rate"])
+        k = self._k(dep)
+        ring = e["ring"]
+        if k not in ring:
+            ring[k] = [0, 0, None, [0] * e["ncls"], [0] * e["ncls"]]
+            for old in [j for j in ring if j <= k - 4]:
+                del ring[old]
+        iv = ring[k]
+        iv[0] += PKT
+        iv[1] += 1
+        iv[2] = backlog if iv[2] is None else min(iv[2], backlog)
+        iv[3][m.cls] += PKT
+        iv[4][m.cls] += 1
+        f["last"] = dep
+        self._push(dep + e["prop"], 1, "arrive", (f, 0))
+        self._push(dep + self._gap(f), 1, "release", (f, version))
+
+    def _arrive(self, t: int, f: dict, hop: int) -> None:
+        if hop == len(f["hops"]):
+            return
+        out = self.outs[f["hops"][hop]]
+        rate, prop, free, slots, _peer = out
+        k = self._k(t)
+        s = slots[k % 4]
+        if s[0] != k:
+            s[:] = [k, 0, SLOT_NONE, 0, 0]
+        backlog = max(0, free - t)
+        s[1] += PKT
+        s[2] = min(s[2], backlog)
+        s[3] += 1
+        dep = max(t, free)
+        out[2] = dep + round(8 * PKT * NS / rate)
+        self._push(dep + prop, 1, "arrive", (f, hop + 1))
+
+    # -- DataPlane ----------------------------------------------------------------------------------
+    def now_ns(self) -> int:
+        return self.now
+
+    def sleep_until(self, t_ns: int) -> None:
+        self.run_to(t_ns)
+        self.now = max(self.now, t_ns)
+
+    def read_core(self, node: str) -> dict[int, list[AccSlot]]:
+        return {p: [AccSlot(s[0], s[1], s[2], s[3], s[4]) for s in o[3]] for (n, p), o in self.outs.items()
+                if n == node}
+
+    def read_pacer(self, edge: str) -> dict[int, PacerIv]:
+        return {k: PacerIv(v[0], v[1], v[2], tuple(v[3]), tuple(v[4])) for k, v in self.edges[edge]["ring"].items()}
+
+    def set_rates(self, edge: str, changes: list[RateChange]) -> None:
+        for c in changes:
+            f = next(f for f in self.flows.values() if f["cfg"].src == edge and f["cfg"].cls == c.cls)
+            if c.effective_ns <= self.done:
+                self.late_rates += 1
+                self._rate(self.done, f, c.rate_bps)
+            else:
+                self._push(c.effective_ns, 0, "rate", (f, c.rate_bps))
+
+
+def run_agent(cfg: AgentConfig, intervals: int, start_ns: dict[str, int] | None = None) -> tuple[XcpAgent, PacketPlane]:
+    plane = PacketPlane(cfg, start_ns)
+    agent = XcpAgent(cfg, plane)
+    agent.start()
+    for _ in range(intervals):
+        plane.sleep_until(agent.deadline())
+        agent.step()
+    return agent, plane
+
+
+def sim_rates(n: int, capacity: float, start_rate: float, intervals: int, start_s: float = 0.0) -> xcpsim.SimResult:
+    flows = [xcpsim.SimFlow(f"f{k}", xcpsim.dumbbell_path(k), start_rate, start_s=start_s, probe_phase_s=0.0)
+             for k in range(n)]
+    sim = xcpsim.XcpLoopSim(xcpsim.dumbbell(n, capacity), flows, xcpsim.SimConfig(rate_delay_s=0.0005))
+    return sim.run(intervals)
+
+
+# -- the oracle -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("tdf", [20.0, 1.0])
+@pytest.mark.parametrize("n,start", [(3, "half"), (2, "over"), (8, "min")])
+def test_granted_rates_equal_the_reference_loop_within_a_packet_per_interval(tdf, n, start):
+    C = 100e6
+    r0 = {"half": C / (2 * n), "over": 2 * C / n, "min": R_MIN}[start]
+    K = 30
+    agent, plane = run_agent(dumbbell_config(n, C, min(r0, C), tdf=tdf), K)
+    ref = sim_rates(n, C, r0, K)
+    worst = 0.0
+    for k in range(n):
+        got = dict(agent.granted()[f"f{k}"])
+        assert sorted(got) == list(range(K + 1))      # one probe per interval from interval 0
+        for i in range(K + 1):
+            worst = max(worst, abs(got[i] - ref.rates[f"f{k}"][i]))
+    assert worst <= R_MIN, f"worst difference {worst:.0f} bit/s"
+    s = agent.summary({e: {"late": 0, "late_rates": plane.late_rates} for e in ("i0",)})
+    for key in ("acc_late", "acc_lost", "pacer_acc_late", "pacer_acc_lost", "late_rates"):
+        assert s[key] == 0, key
+    assert plane.late_rates == 0 and s["exact"]
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_equal_starts_converge_to_a_fair_share_within_ten_percent_by_interval_ten(n):
+    C = 100e6
+    agent, _plane = run_agent(dumbbell_config(n, C, R_MIN, tdf=20.0), 25)
+    for k in range(n):
+        for i, r in agent.granted()[f"f{k}"]:
+            if i >= 10:
+                assert abs(r - C / n) <= 0.1 * C / n, (k, i, r)
+
+
+def test_the_bottleneck_decisions_equal_the_reference_loop():
+    """Per interval the agent's B and N at c0 -> c1 are xcpsim's (B within one packet)."""
+    C, n, K = 100e6, 3, 20
+    agent, _plane = run_agent(dumbbell_config(n, C, C / 5, tdf=20.0), K)
+    ref = sim_rates(n, C, C / 5, K)
+    rows = [r for r in agent.links_table() if (r["node"], r["port"]) == ("c0", 0)]
+    assert [r["interval"] for r in rows] == list(range(K))
+    for r, li in zip(rows, ref.links[("c0", "c1")]):
+        assert abs(r["bytes"] - li.input_bytes) <= PKT
+        assert r["probes"] == li.probes == n
+
+
+def test_a_macroflow_starts_probing_after_its_first_released_bytes():
+    """Sources starting at 0.3 d: the agent sees their bytes in interval 0 and probes
+    from interval 1 (the first probe carries R), as xcpsim with probes at phase 0."""
+    C, n, K = 100e6, 2, 20
+    cfg = dumbbell_config(n, C, C / 4, tdf=20.0, start_active=False)
+    start = cfg.epoch_ns + round(0.3 * cfg.interval_ns)
+    agent, plane = run_agent(cfg, K, {f"f{k}": start for k in range(n)})
+    ref = sim_rates(n, C, C / 4, K, start_s=0.3 * D_PAPER)
+    assert agent.activated == {"f0": 1, "f1": 1}
+    for k in range(n):
+        got = dict(agent.granted()[f"f{k}"])
+        assert min(got) == 1
+        for i in range(1, K + 1):
+            assert abs(got[i] - ref.rates[f"f{k}"][i]) <= R_MIN, (k, i)
+
+
+# -- hand-built counters ------------------------------------------------------------------------------
+class Scripted:
+    """Counters set by the test; a virtual clock with an optional lag of the agent."""
+
+    def __init__(self, cfg: AgentConfig) -> None:
+        self.t = 0
+        self.lag = 0
+        self.slots = {c.name: {o.port: [AccSlot(SLOT_NONE, 0, SLOT_NONE, 0, 0)] * 4 for o in c.outputs}
+                      for c in cfg.cores}
+        self.pacer: dict[str, dict[int, PacerIv]] = {e.name: {} for e in cfg.edges}
+        self.changes: list[tuple[int, str, list[RateChange]]] = []
+
+    def now_ns(self) -> int:
+        return self.t + self.lag
+
+    def sleep_until(self, t_ns: int) -> None:
+        self.t = max(self.t, t_ns)
+
+    def read_core(self, node: str) -> dict[int, list[AccSlot]]:
+        return {p: list(s) for p, s in self.slots[node].items()}
+
+    def read_pacer(self, edge: str) -> dict[int, PacerIv]:
+        return dict(self.pacer[edge])
+
+    def set_rates(self, edge: str, changes: list[RateChange]) -> None:
+        self.changes.append((self.now_ns(), edge, list(changes)))
+
+    def put(self, node: str, port: int, k: int, nbytes: int, qmin_ns: int = SLOT_NONE, drops: int = 0) -> None:
+        self.slots[node][port][k % 4] = AccSlot(k, nbytes, qmin_ns, nbytes // PKT, drops)
+
+
+def chain_config(tdf: float = 10.0) -> AgentConfig:
+    """i0 -> c0 -> c1 -> o0, 100 Mb/s everywhere; props 0.1 ms, 2 ms, 0.1 ms."""
+    c0 = CoreConfig("c0", 1, (OutputConfig(0, 100e6, "c1", 0.002), OutputConfig(1, 100e6, "i0", 0.0001)))
+    c1 = CoreConfig("c1", 2, (OutputConfig(0, 100e6, "o0", 0.0001), OutputConfig(1, 100e6, "c0", 0.002)))
+    e = EdgeConfig("i0", 0, "ns-i0", "i0-eth0", 0, 100e6, "c0", 0.0001)
+    mf = MacroflowConfig("i0-o0", 0, "i0", "o0", "data", (HopConfig("i0", 0), HopConfig("c0", 0), HopConfig("c1", 0)),
+                         (ReverseHopConfig("o0", 0, "c1", 0.0001), ReverseHopConfig("c1", 1, "c0", 0.002),
+                          ReverseHopConfig("c0", 1, "i0", 0.0001)), 20e6, start_active=True)
+    return AgentConfig(5 * NS, tdf, (c0, c1), (e,), (mf,), margin_ns=1_000_000, rate_delay_s=0.0005)
+
+
+def scripted_chain() -> tuple[AgentConfig, Scripted, XcpAgent]:
+    """The chain's config, a Scripted plane and a started agent on it."""
+    cfg = chain_config()
+    dp = Scripted(cfg)
+    agent = XcpAgent(cfg, dp)
+    agent.start()
+    return cfg, dp, agent
+
+
+def test_a_probe_takes_the_smallest_feedback_on_its_path_and_names_the_limiter():
+    cfg = chain_config()
+    D, d_e, E = cfg.tdf, cfg.interval_ns, cfg.epoch_ns
+    dp = Scripted(cfg)
+    agent = XcpAgent(cfg, dp)
+    agent.start()
+    # interval 0: the uplink released 250 000 B (40 Mb/s, all of the class); c0:0 saw
+    # 500 000 B (80 Mb/s) and a smallest backlog of 1 ms paper; c1:0 687 500 B (110 Mb/s)
+    dp.pacer["i0"][0] = PacerIv(250_000, 250_000 // PKT, None, (250_000,), (250_000 // PKT,))
+    dp.put("c0", 0, 0, 500_000, qmin_ns=round(0.001 * D * NS))
+    dp.put("c1", 0, 0, 687_500)
+    dp.sleep_until(agent.deadline())
+    assert agent.step() == 0
+    links = {(r["node"], r["port"]): r for r in agent.links_table() if r["interval"] == 0}
+    # by hand (alpha 0.4, beta 0.226, gamma 0.1, d 50 ms, N = 1: the interval-0 probe):
+    # uplink: S = 60M, Phi = 24M, h = 0 -> feedback 24M
+    # c0:0: Q = 1 ms x 100 Mb/s = 12 500 B, Phi = 8M - 0.226 x 8 x 12 500 / 0.05 = 7.548M,
+    #       h = 8M - 7.548M = 0.452M -> feedback = 8M - 40M x 0.452M / 80M = 7.774M
+    # c1:0: S = -10M, Phi = -4M, h = 11M - 4M = 7M -> feedback = 7M - 40M x 11M / 110M = 3M
+    assert links[("c0", 0)]["queue_bytes"] == pytest.approx(12_500)
+    assert links[("c0", 0)]["phi_bps"] == pytest.approx(7.548e6)
+    assert (links[("i0", 0)]["probes"], links[("c0", 0)]["probes"], links[("c1", 0)]["probes"]) == (1, 1, 1)
+    dp.sleep_until(agent.deadline())
+    agent.step()                                # interval 1: the probe of seq 1 returned
+    row = next(r for r in agent.rates_table() if r["interval"] == 1)
+    assert row["measured_bps"] == 40_000_000 and row["rate_bps"] == 20e6
+    assert row["feedback_bps"] == pytest.approx(3e6, abs=1)
+    assert (row["limiter_node"], row["limiter_port"]) == ("c1", 0)
+    assert row["rate_after_bps"] == pytest.approx(23e6, abs=1)
+    # the instant: sent at E + d_e, six control hops of 78 B at 100 Mb/s plus the props
+    tau = round(8 * 78 * D * NS / 100e6)
+    props = [0.0001, 0.002, 0.0001, 0.0001, 0.002, 0.0001]
+    t_ret = E + d_e + sum(tau + round(p * D * NS) for p in props)
+    assert row["return_ns"] == t_ret
+    assert row["effective_ns"] == t_ret + round(0.0005 * D * NS)
+    sent = [c for _t, edge, cs in dp.changes for c in cs if edge == "i0"]
+    assert RateChange(0, round(row["rate_after_bps"] / D), t_ret + round(0.0005 * D * NS)) in sent
+    # the interval-0 probe: every output answered with feedback 0 (no decision yet)
+    row0 = next(r for r in agent.rates_table() if r["interval"] == 0)
+    assert row0["feedback_bps"] == 0 and row0["limiter_node"] == "i0" and row0["rate_after_bps"] == 20e6
+
+
+def test_probes_meeting_at_a_node_queue_on_its_control_link():
+    """Two probes sent at E reach c0 together: the second waits one frame time on the
+    control link c0 -> c1 (store and forward, FIFO) and returns one tau later."""
+    cfg = dumbbell_config(2, 100e6, 20e6, tdf=20.0)
+    dp = Scripted(cfg)
+    agent = XcpAgent(cfg, dp)
+    agent.start()
+    D, E = cfg.tdf, cfg.epoch_ns
+    tau = round(8 * 78 * D * NS / 100e6)
+    props = sum(round(p * D * NS) for p in (0.0001, 0.005, 0.0001, 0.0001, 0.005, 0.0001))
+    back = {r["macroflow"]: r["return_ns"] for r in agent.rates_table()}
+    assert back == {"f0": E + 6 * tau + props, "f1": E + 7 * tau + props}
+
+
+def test_a_slot_that_changes_after_it_was_read_is_late():
+    cfg, dp, agent = scripted_chain()
+    dp.put("c0", 0, 0, 15_000)
+    dp.sleep_until(agent.deadline())
+    agent.step()                                # interval 0 read: 15 000 B
+    dp.put("c0", 0, 0, 16_500)                  # a packet of interval 0 counted after the read
+    dp.sleep_until(agent.deadline())
+    agent.step()
+    assert agent.counters["acc_late"] == 1 and agent.counters["acc_lost"] == 0
+    dp.put("c1", 0, 1, 1_500)                   # interval 1 was read empty; a late packet fills it
+    dp.sleep_until(agent.deadline())
+    agent.step()
+    assert agent.counters["acc_late"] == 2
+    dp.sleep_until(agent.deadline())
+    agent.step()                                # nothing new: counted once each
+    assert agent.counters["acc_late"] == 2 and not agent.summary()["exact"]
+
+
+def test_a_slot_overwritten_before_it_was_read_is_lost():
+    cfg, dp, agent = scripted_chain()
+    dp.put("c0", 0, 0, 15_000)
+    dp.put("c0", 0, 4, 3_000)                   # interval 4 reused slot 0 before interval 0 was read
+    dp.sleep_until(agent.deadline())
+    agent.step()
+    assert agent.counters["acc_lost"] == 1
+    row = next(r for r in agent.links_table() if (r["node"], r["port"], r["interval"]) == ("c0", 0, 0))
+    assert row["bytes"] == 0
+
+
+def test_a_late_agent_counts_its_late_rate_changes_and_lag():
+    cfg = chain_config()
+    dp = Scripted(cfg)
+    agent = XcpAgent(cfg, dp)
+    agent.start()                               # the interval-0 probe's change is sent before E
+    dp.lag = cfg.interval_ns // 2               # the agent runs half an interval late from now on
+    dp.sleep_until(agent.deadline())
+    agent.step()                                # interval 1's probe returns ~8.5 ms x D after E + d_e
+    s = agent.summary()
+    assert s["late_rates"] == 1 and s["max_rate_late_ns"] > 0
+    assert s["decision_lag_ns"]["max"] == cfg.interval_ns // 2
+    assert not s["exact"]
+
+
+# -- configuration --------------------------------------------------------------------------------------
+def test_the_config_survives_a_json_round_trip():
+    cfg = dumbbell_config(3, 100e6, 20e6, tdf=20.0)
+    again = config_loads(json.dumps(cfg.to_dict()))
+    assert again == cfg
+    assert again.interval_ns == 1_000_000_000
+
+
+@pytest.mark.parametrize("edit,key", [
+    (lambda d: d.update(tdf=0), "tdf"),
+    (lambda d: d.update(margin_ns=2_000_000_000), "margin_ns"),
+    (lambda d: d.update(rate_delay_s=0.05), "rate_delay_s"),
+    (lambda d: d["xcp"].update(alpha=0.9), "xcp.alpha"),
+    (lambda d: d["cores"][0]["outputs"][0].update(capacity_bps=-1), "cores[0].outputs[0].capacity_bps"),
+    (lambda d: d["macroflows"][1].update(kind="bulk"), "macroflows[1].kind"),
+    (lambda d: d["macroflows"][0]["path"][1].update(port=5), "macroflows[0].path[1].port"),
+    (lambda d: d["macroflows"][0]["path"].pop(), "macroflows[0].path"),
+    (lambda d: d["macroflows"][0]["reverse"][1].update(prop_s=0.004), "macroflows[0].reverse[1]"),
+    (lambda d: d["macroflows"][0].update(initial_rate_bps=1e3), "macroflows[0].initial_rate_bps"),
+    (lambda d: d["macroflows"][0].update(src="nowhere"), "macroflows[0].src"),
+    (lambda d: d["edges"][0].update(speed=1), "edges[0].speed"),
+    (lambda d: d.pop("epoch_ns"), "epoch_ns"),
+])
+def test_a_bad_config_names_its_key(edit, key):
+    d = dumbbell_config(2, 100e6, 20e6, tdf=20.0).to_dict()
+    edit(d)
+    with pytest.raises(XcpConfigError) as err:
+        config_from_dict(d)
+    assert err.value.key == key, str(err.value)
+
+
+def test_the_decision_uses_testbed_xcp_with_n_at_least_one():
+    """An output nobody probes decides with N = 1 (xcp.decide's rule)."""
+    cfg, dp, agent = scripted_chain()
+    dp.put("c0", 1, 0, 300_000)                 # c0 -> i0 carries data no probe crosses
+    dp.sleep_until(agent.deadline())
+    agent.step()
+    row = next(r for r in agent.links_table() if (r["node"], r["port"], r["interval"]) == ("c0", 1, 0))
+    want = xcp.decide(100e6, 300_000, 0.0, 0, cfg.params())
+    assert row["probes"] == 0 and row["phi_bps"] == want.phi_bps and math.isclose(row["input_bps"], 48e6)
