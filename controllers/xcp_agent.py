@@ -16,15 +16,16 @@ The loop (one step per interval k = 0, 1, ...):
 
 1. wait until E + (k+1) d_e + M_x (M_x = ``margin_ns``: every packet dated in k has then
    been counted, docs/ib-holding.md's lookahead rule);
-2. read every core node's accumulator slots (:class:`AccSlot`, 4 per output, slot k & 3)
+2. read every core node's accumulator slots (:class:`AccSlotView`, 4 per output, slot k & 3)
    and every ingress edge's pacer ring (:class:`PacerIntervalView` by interval);
 3. decide every controlled output from interval k's counters with
    ``testbed.xcp.decide(C, B, Q, N)``: C its capacity (paper bit/s), B its frame bytes of
    k (u = 8 B / d), Q its persistent queue in bytes = qmin_ns / D x C / 8e9 (the
    smallest backlog an arrival found, converted from emulation ns at the output's paper
    rate; 0 with no arrival), N the probes this agent counted at it in k (at least 1);
-   an edge uplink is decided from its pacer's ring (bytes released onto the link,
-   smallest link backlog found by a departing head);
+   an edge uplink is decided from its pacer's ring (B: the bytes its buckets made
+   eligible in k when the ring has them, ``offered_bytes``, else the bytes departing
+   in k; Q from the smallest link backlog found by a departing head);
 4. advance the event heap to E + (k+2) d_e: probes sent at E + j d_e by every active
    macroflow, lowered at each hop of their forward path by the decision of interval
    k(t) - 1 of that output (t the hop's intended time; interval -1: feedback 0, as
@@ -509,25 +510,27 @@ def config_from_plan(plan: Any, *, epoch_ns: int, tdf: float, pacer_devs: Mappin
 
 
 # -- what the data plane gives ------------------------------------------------------------------
-@dataclass(frozen=True)
-class AccSlot:
-    """One accumulator slot of a core output (ebpf/optswitch.h ``struct optsw_xcp_slot``):
-    ``interval`` k (SLOT_NONE never used), frame ``bytes`` of packets decided for the
-    output with intended arrival in k (dropped included), ``qmin_ns`` the smallest
-    backlog found by an arrival (emulation ns; SLOT_NONE none), ``packets``, ``drops``."""
+class AccSlotView(Protocol):
+    """One accumulator slot of a core output (ebpf/optswitch.h ``struct optsw_xcp_slot``;
+    ``testbed.optical.layout.AccSlot``): ``interval`` k (None or SLOT_NONE: never used),
+    frame ``bytes`` and ``packets`` decided for the output with intended arrival in k
+    (dropped included), ``drops``, ``qmin_ns`` the smallest backlog an arrival found
+    (emulation ns; None or SLOT_NONE: none)."""
 
-    interval: int
+    interval: int | None
     bytes: int
-    qmin_ns: int
     packets: int
     drops: int
+    qmin_ns: int | None
 
 
 class PacerIntervalView(Protocol):
     """One interval of an xcppace ring (``testbed.optical.xcppace.PacerInterval``):
     frame bytes and packets released onto the uplink with departure in the interval,
     the smallest link backlog a departing head found (emulation ns, None: none), and
-    the same bytes / packets per class."""
+    the same bytes / packets per class. When it also has ``offered_bytes`` /
+    ``offered_packets`` (what the buckets made eligible in the interval: the link's
+    input, as xcpsim counts a link's input) the uplink is decided from those."""
 
     bytes: int
     packets: int
@@ -554,7 +557,7 @@ class DataPlane(Protocol):
     def sleep_until(self, t_ns: int) -> None:
         """Return once now_ns() >= t_ns (or earlier when the agent is being stopped)."""
 
-    def read_core(self, node: str) -> Mapping[int, Sequence[AccSlot]]:
+    def read_core(self, node: str) -> Mapping[int, Sequence[AccSlotView]]:
         """{port: its RING slots, slot index = interval & (RING - 1)} of core ``node``
         (at least its controlled ports)."""
 
@@ -626,6 +629,11 @@ class _Probe:
         self.limiter: tuple[str, int] | None = None
 
 
+def _none(v: int | None) -> int | None:
+    """None for the kernel's "none" (SLOT_NONE) or None, else v."""
+    return None if v is None or v == SLOT_NONE else v
+
+
 def percentile(values: Sequence[float], q: float) -> float | None:
     """The nearest-rank q-quantile (0 < q <= 1) of ``values``; None if empty."""
     if not values:
@@ -668,7 +676,7 @@ class XcpAgent:
             self.edge_mfs.setdefault(mf.cfg.src, []).append(mf)
         self.core_ports = {c.name: [o.port for o in c.outputs] for c in cfg.cores}
         # exactness: counters as read, per (node, port) / edge, by interval
-        self._seen_core: dict[tuple[str, int], dict[int, tuple[int, int, int, int]]] = {k: {} for k in self.outputs}
+        self._seen_core: dict[tuple[str, int], dict[int, tuple[int, int, int, int | None]]] = {k: {} for k in self.outputs}
         self._seen_pacer: dict[str, dict[int, tuple[int, int, tuple[int, ...]]]] = {e.name: {} for e in cfg.edges}
         self._class_bytes: dict[str, dict[int, Sequence[int]]] = {e.name: {} for e in cfg.edges}
         self.counters = {"acc_late": 0, "acc_lost": 0, "pacer_acc_late": 0, "pacer_acc_lost": 0, "late_rates": 0,
@@ -751,30 +759,33 @@ class XcpAgent:
                 slots = ports[port]
                 seen = self._seen_core[(c.name, port)]
                 for s in slots:
-                    if s.interval != SLOT_NONE and s.interval < k and s.interval in seen:
-                        now = (s.bytes, s.packets, s.drops, s.qmin_ns)
-                        if now != seen[s.interval]:
+                    j = _none(s.interval)
+                    if j is not None and j < k and j in seen:
+                        now = (s.bytes, s.packets, s.drops, _none(s.qmin_ns))
+                        if now != seen[j]:
                             self.counters["acc_late"] += 1
-                            seen[s.interval] = now
+                            seen[j] = now
                 s = slots[k % RING]
-                if s.interval == k:
-                    vals = (s.bytes, s.packets, s.drops, s.qmin_ns)
+                j = _none(s.interval)
+                if j == k:
+                    vals = (s.bytes, s.packets, s.drops, _none(s.qmin_ns))
                 else:
-                    if s.interval != SLOT_NONE and s.interval > k:
+                    if j is not None and j > k:
                         self.counters["acc_lost"] += 1
-                    vals = (0, 0, 0, SLOT_NONE)
+                    vals = (0, 0, 0, None)
                 seen[k] = vals
                 seen.pop(k - RING + 1, None)
                 out = self.outputs[(c.name, port)]
                 qmin = vals[3]
-                q = 0.0 if qmin == SLOT_NONE else qmin / D * out.capacity_bps / 8 / NS_PER_S
-                self._decide(out, k, vals[0], vals[1], vals[2], None if qmin == SLOT_NONE else qmin, q, d)
+                q = 0.0 if qmin is None else qmin / D * out.capacity_bps / 8 / NS_PER_S
+                self._decide(out, k, vals[0], vals[1], vals[2], qmin, q, d)
         for e in self.cfg.edges:
             ring = self.dp.read_pacer(e.name)
             seen_p = self._seen_pacer[e.name]
             for j, iv in ring.items():
                 if j < k and j in seen_p:
-                    now_p = (iv.bytes, iv.packets, tuple(iv.class_bytes))
+                    now_p = (getattr(iv, "offered_bytes", iv.bytes), getattr(iv, "offered_packets", iv.packets),
+                             tuple(iv.class_bytes))
                     if now_p != seen_p[j]:
                         self.counters["pacer_acc_late"] += 1
                         seen_p[j] = now_p
@@ -785,6 +796,7 @@ class XcpAgent:
                 b, pk, qmin, cb = 0, 0, None, ()
             else:
                 b, pk, qmin, cb = iv.bytes, iv.packets, iv.qmin_ns, tuple(iv.class_bytes)
+                b, pk = getattr(iv, "offered_bytes", b), getattr(iv, "offered_packets", pk)
             seen_p[k] = (b, pk, cb)
             seen_p.pop(k - RING + 1, None)
             hist = self._class_bytes[e.name]

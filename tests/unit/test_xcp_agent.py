@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from controllers.xcp_agent import (SLOT_NONE, AccSlot, AgentConfig, CoreConfig, EdgeConfig, HopConfig,
+from controllers.xcp_agent import (SLOT_NONE, AgentConfig, CoreConfig, EdgeConfig, HopConfig,
                                    MacroflowConfig, OutputConfig, RateChange, ReverseHopConfig, XcpAgent,
                                    XcpConfigError, config_from_dict, config_loads)
 from testbed import xcp, xcpsim
@@ -48,6 +48,17 @@ def dumbbell_config(n: int, capacity: float, start_rate: float, *, tdf: float, e
 
 
 # -- a packet-level data plane on a virtual clock -----------------------------------------------------
+@dataclass(frozen=True)
+class AccSlot:
+    """A slot as the kernel holds it (struct optsw_xcp_slot): SLOT_NONE for none."""
+
+    interval: int
+    bytes: int
+    qmin_ns: int
+    packets: int
+    drops: int
+
+
 @dataclass
 class PacerIv:
     bytes: int
@@ -389,6 +400,32 @@ def test_a_slot_overwritten_before_it_was_read_is_lost():
     assert agent.counters["acc_lost"] == 1
     row = next(r for r in agent.links_table() if (r["node"], r["port"], r["interval"]) == ("c0", 0, 0))
     assert row["bytes"] == 0
+
+
+@dataclass(frozen=True)
+class LayoutSlot:
+    """A slot as testbed.optical.layout parses it: None for none."""
+
+    interval: int | None
+    bytes: int = 0
+    packets: int = 0
+    drops: int = 0
+    qmin_ns: int | None = None
+
+
+def test_slots_with_none_for_never_used_and_no_backlog_read_as_empty_and_q_zero():
+    cfg, dp, agent = scripted_chain()
+    dp.slots["c0"][0] = [LayoutSlot(0, 3_000, 2, 0, None), LayoutSlot(None), LayoutSlot(None), LayoutSlot(None)]
+    dp.slots["c1"][0] = [LayoutSlot(None)] * 4
+    dp.sleep_until(agent.deadline())
+    agent.step()
+    rows = {(r["node"], r["port"]): r for r in agent.links_table()}
+    assert (rows[("c0", 0)]["bytes"], rows[("c0", 0)]["queue_bytes"], rows[("c0", 0)]["qmin_ns"]) == (3_000, 0.0, "")
+    assert rows[("c1", 0)]["bytes"] == 0
+    dp.slots["c0"][0][0] = LayoutSlot(0, 4_500, 3, 0, None)
+    dp.sleep_until(agent.deadline())
+    agent.step()
+    assert agent.counters["acc_late"] == 1
 
 
 def test_a_late_agent_counts_its_late_rate_changes_and_lag():
