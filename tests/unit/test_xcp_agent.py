@@ -482,3 +482,114 @@ def test_the_decision_uses_testbed_xcp_with_n_at_least_one():
     row = next(r for r in agent.links_table() if (r["node"], r["port"], r["interval"]) == ("c0", 1, 0))
     want = xcp.decide(100e6, 300_000, 0.0, 0, cfg.params())
     assert row["probes"] == 0 and row["phi_bps"] == want.phi_bps and math.isclose(row["input_bps"], 48e6)
+
+
+# -- the process ----------------------------------------------------------------------------------------
+FAKE_IO = r'''
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from controllers.xcp_agent import config_loads
+from controllers.xcp_agent_process import run
+from controllers.xcp_io import SignalClock
+
+
+@dataclass
+class Slot:
+    interval: int | None = None
+    bytes: int = 0
+    packets: int = 0
+    drops: int = 0
+    qmin_ns: int | None = None
+
+
+@dataclass
+class Iv:
+    bytes: int
+    packets: int
+    qmin_ns: int | None
+    class_bytes: tuple
+    class_packets: tuple
+
+
+class Io(SignalClock):
+    """The real clock and stop signals; counters: one packet per interval per class."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg, self.pacers = cfg, {e.name: None for e in cfg.edges}
+
+    def read_core(self, node):
+        return {o.port: [Slot()] * 4 for c in self.cfg.cores if c.name == node for o in c.outputs}
+
+    def read_pacer(self, edge):
+        k = (self.now_ns() - self.cfg.epoch_ns) // self.cfg.interval_ns - 1
+        return {j: Iv(1500, 1, 0, (1500,), (1,)) for j in range(max(0, k - 3), k + 1)}
+
+    def set_rates(self, edge, changes):
+        pass
+
+    def pacer_counters(self, edge):
+        return {"late": 0, "late_rates": 0}
+
+    def close(self):
+        pass
+
+
+cfg = config_loads(Path(sys.argv[1]).read_text())
+sys.exit(run(cfg, Path(sys.argv[2]), Io(cfg)))
+'''
+
+
+def test_the_process_loop_writes_its_records_when_stopped_with_sigterm(tmp_path):
+    import csv
+    import signal
+    import subprocess
+    import sys
+    import time
+    from dataclasses import replace
+
+    from controllers.xcp_agent import LINK_COLUMNS, RATE_COLUMNS
+
+    cfg = replace(chain_config(tdf=1.0), epoch_ns=time.clock_gettime_ns(time.CLOCK_MONOTONIC) + 100_000_000)
+    cfg = replace(cfg, macroflows=tuple(replace(m, start_active=False) for m in cfg.macroflows))
+    (tmp_path / "cfg.json").write_text(cfg.dumps())
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", FAKE_IO, str(tmp_path / "cfg.json"), str(out)],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not (out / "xcp-status.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert json.loads((out / "xcp-status.json").read_text())["ready"]
+        while time.clock_gettime_ns(time.CLOCK_MONOTONIC) < cfg.epoch_ns + 6 * cfg.interval_ns:
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    summary = json.loads((out / "xcp.json").read_text())
+    assert summary["intervals"] >= 4 and summary["activated"] == {"i0-o0": 1}
+    assert summary["pacers"] == {"i0": {"late": 0, "late_rates": 0}} and "error" not in summary
+    with open(out / "xcp_rates.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert tuple(rows[0]) == RATE_COLUMNS and rows[0]["interval"] == "1" and rows[0]["measured_bps"] == "20000000"
+    assert rows[1]["measured_bps"] == "240000"      # one packet in interval 1
+    with open(out / "xcp_links.csv") as f:
+        links = list(csv.DictReader(f))
+    assert tuple(links[0]) == LINK_COLUMNS and len(links) == 5 * summary["intervals"]
+
+
+def test_the_process_refuses_a_bad_config_with_status_1(tmp_path, capsys):
+    from controllers.xcp_agent_process import main
+
+    d = chain_config().to_dict()
+    d["tdf"] = -1
+    (tmp_path / "cfg.json").write_text(json.dumps(d))
+    assert main(["x", str(tmp_path / "cfg.json"), str(tmp_path / "out")]) == 1
+    assert "tdf=-1" in capsys.readouterr().err
+    assert main(["x"]) == 2

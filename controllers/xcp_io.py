@@ -1,0 +1,138 @@
+"""The XCP agent's real data plane (``controllers.xcp_agent.DataPlane``): the core nodes'
+BPF accumulators read with bpf(2) from the pinned ``optsw_xcp_acc`` map (one lookup of
+one node's 8 KB value per node and interval, no process started: ``testbed.bpfsys``),
+the edges' ``xcppace`` qdiscs read and given rate changes over netlink in their
+namespaces (``testbed.optical.xcppace``), and CLOCK_MONOTONIC.
+
+Stopping: after :meth:`XcpIo.watch_signals` SIGTERM and SIGINT are blocked and taken
+by :meth:`XcpIo.sleep_until` (``sigtimedwait``), which then returns at once and
+:meth:`XcpIo.stop_requested` is true: the agent never stops half-way through an
+interval's work, and its records are written after the loop.
+
+Units: emulation ns (CLOCK_MONOTONIC), rates emulation bit/s towards the pacers.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from controllers.xcp_agent import AccSlotView, AgentConfig, PacerIntervalView, RateChange
+from testbed import bpfsys
+from testbed.optical import layout
+
+#: the accumulator map's pin below the optswitch pin directory
+ACC_MAP = Path("maps") / "optsw_xcp_acc"
+#: the pacer counters copied into xcp.json (docs/xcp-edge.md, "(d)")
+PACER_COUNTERS = ("late", "late_rates", "max_rate_late_ns", "decided_after_stamp", "unmodelled",
+                  "max_enqueue_late_ns")
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class XcpIoError(RuntimeError):
+    """The data plane cannot be read: no pin directory, a node without a value."""
+
+
+def parse_node(raw: bytes, ports: Sequence[int]) -> dict[int, list[AccSlotView]]:
+    """{port: its 4 slots} of ``ports`` in one optsw_xcp_acc value (struct
+    optsw_xcp_node), parsed by testbed.optical.layout. Raises ValueError for a value of
+    the wrong size."""
+    if not ports:
+        return {}
+    slots = layout.parse_xcp_node(raw, max(ports) + 1)
+    return {p: slots[p] for p in ports}
+
+
+class SignalClock:
+    """CLOCK_MONOTONIC, and the stop signals taken while sleeping (module docstring)."""
+
+    def __init__(self) -> None:
+        self._stop = False
+        self._watching = False
+
+    def now_ns(self) -> int:
+        return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+    def watch_signals(self) -> None:
+        """Block SIGTERM and SIGINT in this thread; :meth:`sleep_until` takes them."""
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        self._watching = True
+
+    def stop_requested(self) -> bool:
+        """True once a stop signal was taken (also one pending now)."""
+        if self._watching and not self._stop and signal.sigtimedwait(STOP_SIGNALS, 0) is not None:
+            self._stop = True
+        return self._stop
+
+    def sleep_until(self, t_ns: int) -> None:
+        """Return when CLOCK_MONOTONIC reaches ``t_ns``, or at once when a stop signal
+        arrives (with :meth:`watch_signals`)."""
+        while not self._stop:
+            left = t_ns - self.now_ns()
+            if left <= 0:
+                return
+            if self._watching:
+                if signal.sigtimedwait(STOP_SIGNALS, left / 1e9) is not None:
+                    self._stop = True
+            else:
+                time.sleep(left / 1e9)
+
+
+class XcpIo(SignalClock):
+    """See the module docstring. ``pin_dir`` defaults to the config's. Raises
+    XcpIoError when there is no pin directory for a config with core nodes, and
+    bpfsys.BpfSyscallError when the map is not pinned there."""
+
+    def __init__(self, cfg: AgentConfig, *, pin_dir: Path | str | None = None) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.node_ids = {c.name: c.node_id for c in cfg.cores}
+        self.ports = {c.name: sorted(o.port for o in c.outputs) for c in cfg.cores}
+        self.pacers = {e.name: (e.pacer_dev, e.netns or None) for e in cfg.edges}
+        self.acc: bpfsys.PinnedMap | None = None
+        pin = pin_dir if pin_dir is not None else cfg.pin_dir
+        if cfg.cores:
+            if pin is None:
+                raise XcpIoError("no BPF pin directory (config pin_dir) to read optsw_xcp_acc from")
+            self.acc = bpfsys.PinnedMap(Path(pin) / ACC_MAP, layout.XCP_NODE_SIZE)
+        self._keys = {n: layout.u32_key(i) for n, i in self.node_ids.items()}
+
+    # -- counters --------------------------------------------------------------------------------------
+    def read_core(self, node: str) -> dict[int, list[AccSlotView]]:
+        """{port: 4 slots} of ``node``'s controlled ports. Raises XcpIoError when the map
+        has no value for it, bpfsys.BpfSyscallError when the lookup fails."""
+        assert self.acc is not None
+        raw = self.acc.lookup(self._keys[node])
+        if raw is None:
+            raise XcpIoError(f"optsw_xcp_acc has no value for node {node} (id {self.node_ids[node]})")
+        return parse_node(raw, self.ports[node])
+
+    def read_pacer(self, edge: str) -> Mapping[int, PacerIntervalView]:
+        """``edge``'s pacer ring {interval: counters} (testbed.optical.xcppace.read)."""
+        from testbed.optical import xcppace
+        dev, netns = self.pacers[edge]
+        return xcppace.read(dev, netns).intervals
+
+    def set_rates(self, edge: str, changes: list[RateChange]) -> None:
+        """One netlink request with ``changes`` for ``edge``'s pacer
+        (testbed.optical.xcppace.set_rates)."""
+        from testbed.optical import xcppace
+        dev, netns = self.pacers[edge]
+        xcppace.set_rates(dev, netns, [xcppace.RateChange(c.cls, c.rate_bps, c.effective_ns) for c in changes])
+
+    def pacer_counters(self, edge: str) -> dict[str, Any]:
+        """``edge``'s pacer lateness counters (PACER_COUNTERS; a counter the state does
+        not have is left out)."""
+        from testbed.optical import xcppace
+        dev, netns = self.pacers[edge]
+        state = xcppace.read(dev, netns)
+        holder = getattr(state, "counters", state)
+        return {k: getattr(holder, k) for k in PACER_COUNTERS if hasattr(holder, k)}
+
+    def close(self) -> None:
+        if self.acc is not None:
+            self.acc.close()
+            self.acc = None
