@@ -38,8 +38,9 @@
  *
  * Counters per class and per port, and a ring of XCPPACE_SLOTS intervals (epoch_ns,
  * interval_ns): per class the packets and bytes departing in the interval; for the port
- * their sums, the smallest link backlog (departure - eligibility) and the packets and
- * bytes the buckets released in it. The qdisc's counters are its xstats; each class's are
+ * their sums, and, by the instant of eligibility (the packet's arrival in the link's
+ * queue), the packets and bytes the buckets released in it and the smallest link backlog
+ * one of them found (its departure - its eligibility, known at eligibility). The qdisc's counters are its xstats; each class's are
  * the xstats of class (cls + 1) (a class dump: the qdisc dump must fit a netlink message
  * of one page).
  *
@@ -176,6 +177,7 @@ struct xp_sched {
 	u32 nelig;			/* eligible packets in all classes */
 	u64 last;			/* latest decided instant */
 	u64 link_free;
+	u64 elig_tau;			/* link time (ns) of the eligible packets */
 	struct xp_fifo pend;		/* arrivals not decided yet, by (ready, seq) */
 	struct xp_fifo ready;		/* decided, leaving at their stamps (ascending) */
 	struct xp_fifo gone;		/* dropped by a decision, freed by dequeue */
@@ -323,10 +325,16 @@ static void xp_bucket_release(struct xp_sched *q, struct xp_class *c, u64 t)
 	c->bucket_bytes -= len;
 	if (t >= q->opt.epoch_ns) {
 		struct tc_xcppace_slot *s = xp_slot(q, xp_interval(q, t));
+		/* the link backlog it finds: what is left of the frame on the link and the
+		 * frames of the eligible packets ahead of it (its departure - t) */
+		u64 backlog = max_t(u64, q->link_free, t) - t + q->elig_tau;
 
 		s->offered_bytes += len;
 		s->offered_packets++;
+		if (backlog < s->qmin_ns)
+			s->qmin_ns = backlog;
 	}
+	q->elig_tau += xp_tau(q, len);
 	c->bhead = skb->next;
 	if (c->bhead) {
 		c->next_e = xp_eligible(c, c->bhead);
@@ -341,7 +349,7 @@ static void xp_depart(struct xp_sched *q, u64 t, u64 now)
 {
 	struct xp_class *c = NULL;
 	struct sk_buff *skb;
-	u64 e, stamp;
+	u64 stamp;
 	u32 k, len;
 
 	for (k = 0; k < q->opt.nclasses; k++) {
@@ -352,11 +360,11 @@ static void xp_depart(struct xp_sched *q, u64 t, u64 now)
 	}
 	skb = xp_pop(&c->q);
 	len = qdisc_pkt_len(skb);
-	e = xp_cb(skb)->e;
 	c->nelig--;
 	q->nelig--;
 	c->bytes -= len;
 	q->link_free = t + xp_tau(q, len);
+	q->elig_tau -= xp_tau(q, len);
 	stamp = t + q->opt.prop_ns;
 	c->st.released++;
 	c->st.released_bytes += len;
@@ -369,8 +377,6 @@ static void xp_depart(struct xp_sched *q, u64 t, u64 now)
 
 		s->bytes += len;
 		s->packets++;
-		if (t - e < s->qmin_ns)
-			s->qmin_ns = t - e;
 		cs->bytes += len;
 		cs->packets++;
 	} else {
@@ -645,6 +651,7 @@ static void xp_purge(struct xp_sched *q, struct xp_fifo *out)
 		c->nelig = 0;
 	}
 	q->nbucket = q->nelig = 0;
+	q->elig_tau = 0;
 	while ((skb = xp_pop(&q->pend)))
 		xp_push(out, skb);
 	while ((skb = xp_pop(&q->ready)))

@@ -75,8 +75,10 @@ struct tc_xcppace_slot {
 	__u64 interval;		/* k of this slot, ~0 = never used */
 	__u64 bytes;		/* frame bytes of the packets whose departure onto the link lies in k */
 	__u64 packets;		/* those packets */
-	__u64 qmin_ns;		/* smallest link backlog (departure - eligibility) found by one of them, ~0 = none */
-	__u64 offered_bytes;	/* frame bytes of the packets the buckets released (eligibility) in k */
+	__u64 qmin_ns;		/* smallest link backlog (its departure - eligibility, ns) found by a packet
+				 * the buckets released in k, ~0 = none (XCP's persistent queue) */
+	__u64 offered_bytes;	/* frame bytes of the packets the buckets released (made eligible) in k:
+				 * the link's input (XCP's input traffic) */
 	__u64 offered_packets;	/* those packets */
 };
 
