@@ -593,3 +593,33 @@ def test_the_process_refuses_a_bad_config_with_status_1(tmp_path, capsys):
     assert main(["x", str(tmp_path / "cfg.json"), str(tmp_path / "out")]) == 1
     assert "tdf=-1" in capsys.readouterr().err
     assert main(["x"]) == 2
+
+
+def test_a_plan_becomes_a_config_with_the_designs_initial_rate():
+    """xcpplan of c0 - c1 with edges e0, e1, e2 (e0, e1 on c0; e2 on c1), one host each:
+    every macroflow's path and reverse as the plan says, R_0 = TU C / (other edges)."""
+    from controllers.xcp_agent import config_from_plan
+    from testbed.optical.xcpplan import NodeShape, plan
+
+    rate, D = 5e6, 20.0                           # emulation bit/s: 100 Mb/s paper
+    ns = lambda s: round(s * D * NS)              # noqa: E731
+    nodes = [NodeShape("c0", 0, "core", "ns-c0", ("c0-0", "c0-1", "c0-2"), ("c1", "e0", "e1"), (rate,) * 3,
+                       (ns(0.002), ns(0.0001), ns(0.0001))),
+             NodeShape("c1", 1, "core", "ns-c1", ("c1-0", "c1-1"), ("c0", "e2"), (rate,) * 2, (ns(0.002), ns(0.0001))),
+             *(NodeShape(f"e{j}", 2 + j, "edge", f"ns-e{j}", (f"e{j}-0", f"e{j}-1"), (c, f"h{j}"), (rate,) * 2,
+                         (ns(0.0001), 0)) for j, c in enumerate(("c0", "c0", "c1"))),
+             *(NodeShape(f"h{j}", 5 + j, "host", f"ns-h{j}", (f"h{j}-0",), (f"e{j}",), (rate,), (0,))
+               for j in range(3))]
+    hosts = {f"h{j}": f"10.0.0.{j + 1}" for j in range(3)}
+    routes = {(0, "10.0.0.1"): [1], (0, "10.0.0.2"): [2], (0, "10.0.0.3"): [0],
+              (1, "10.0.0.1"): [0], (1, "10.0.0.2"): [0], (1, "10.0.0.3"): [1]}
+    for j in range(3):
+        for k in range(3):
+            routes[(2 + j, f"10.0.0.{k + 1}")] = [1 if k == j else 0]
+    cfg = config_from_plan(plan(nodes, hosts, routes, D), epoch_ns=NS, tdf=D)
+    assert [c.name for c in cfg.cores] == ["c0", "c1"] and len(cfg.macroflows) == 6
+    mf = {m.name: m for m in cfg.macroflows}
+    assert [(h.node, h.port) for h in mf["e0-e2"].path] == [("e0", 0), ("c0", 0), ("c1", 1)]
+    assert [(r.node, r.port, r.peer) for r in mf["e0-e2"].reverse] == [("e2", 0, "c1"), ("c1", 0, "c0"), ("c0", 1, "e0")]
+    assert all(m.initial_rate_bps == pytest.approx(100e6 / 2) for m in cfg.macroflows)
+    assert config_loads(cfg.dumps()) == cfg
