@@ -129,8 +129,7 @@ class XcpIo(SignalClock):
         from testbed.optical import xcppace
         dev, netns = self.pacers[edge]
         state = xcppace.read(dev, netns)
-        holder = getattr(state, "counters", state)
-        return {k: getattr(holder, k) for k in PACER_COUNTERS if hasattr(holder, k)}
+        return {k: getattr(state, k) for k in PACER_COUNTERS if hasattr(state, k)}
 
     def close(self) -> None:
         if self.acc is not None:

@@ -623,3 +623,50 @@ def test_a_plan_becomes_a_config_with_the_designs_initial_rate():
     assert [(r.node, r.port, r.peer) for r in mf["e0-e2"].reverse] == [("e2", 0, "c1"), ("c1", 0, "c0"), ("c0", 1, "e0")]
     assert all(m.initial_rate_bps == pytest.approx(100e6 / 2) for m in cfg.macroflows)
     assert config_loads(cfg.dumps()) == cfg
+
+
+def test_the_real_data_plane_reads_the_map_and_converts_for_the_pacer(monkeypatch):
+    """XcpIo with the map and the pacer module replaced: the pin path, one lookup per
+    node parsed into its controlled ports' slots (bytes packed here by hand), rate
+    changes handed over as xcppace.RateChange in the edge's namespace, the counters."""
+    import struct
+    from types import SimpleNamespace
+
+    from controllers import xcp_io
+    from testbed.optical import xcppace
+
+    value = bytearray(64 * 4 * 32)
+    struct.pack_into("<QQQII", value, (1 * 4 + 2) * 32, 6, 4_500, 700, 3, 1)     # c0 port 1, interval 6
+    opened = []
+
+    class FakeMap:
+        def __init__(self, path, value_size):
+            opened.append((str(path), value_size))
+
+        def lookup(self, key):
+            return bytes(value) if key == struct.pack("<I", 1) else bytes(len(value))
+
+        def close(self):
+            opened.append("closed")
+
+    monkeypatch.setattr(xcp_io.bpfsys, "PinnedMap", FakeMap)
+    sent, reads = [], []
+    state = SimpleNamespace(intervals={6: PacerIv(3_000, 2, None, (3_000,), (2,))}, late=0, late_rates=2,
+                            max_rate_late_ns=5, decided_after_stamp=0, unmodelled=1, max_enqueue_late_ns=0)
+    monkeypatch.setattr(xcppace, "set_rates", lambda dev, netns, changes: sent.append((dev, netns, changes)))
+    monkeypatch.setattr(xcppace, "read", lambda dev, netns: reads.append((dev, netns)) or state)
+    from dataclasses import replace
+    io = xcp_io.XcpIo(replace(chain_config(), pin_dir="/sys/fs/bpf/x"))
+    assert opened == [("/sys/fs/bpf/x/maps/optsw_xcp_acc", 8192)]
+    c0 = io.read_core("c0")
+    assert sorted(c0) == [0, 1] and all(s.interval is None for s in c0[0])
+    s = c0[1][2]
+    assert (s.interval, s.bytes, s.qmin_ns, s.packets, s.drops) == (6, 4_500, 700, 3, 1)
+    assert io.read_pacer("i0") == state.intervals
+    io.set_rates("i0", [RateChange(0, 1_000_000, 123)])
+    assert sent == [("i0-eth0", "ns-i0", [xcppace.RateChange(0, 1_000_000, 123)])]
+    assert io.pacer_counters("i0") == {"late": 0, "late_rates": 2, "max_rate_late_ns": 5, "decided_after_stamp": 0,
+                                       "unmodelled": 1, "max_enqueue_late_ns": 0}
+    assert reads == [("i0-eth0", "ns-i0")] * 2
+    io.close()
+    assert opened[-1] == "closed"
