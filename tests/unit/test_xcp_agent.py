@@ -670,3 +670,19 @@ def test_the_real_data_plane_reads_the_map_and_converts_for_the_pacer(monkeypatc
     assert reads == [("i0-eth0", "ns-i0")] * 2
     io.close()
     assert opened[-1] == "closed"
+
+
+def test_the_control_process_writes_the_config_and_runs_the_module_from_the_checkout(tmp_path):
+    import sys
+
+    from controllers.xcp_agent_process import XcpAgentProcess
+
+    cfg = chain_config()
+    p = XcpAgentProcess(None, cfg, tmp_path)  # type: ignore[arg-type]
+    (tmp_path / "xcp.json").write_text("{}")            # a previous point's summary is removed
+    p.prepare()
+    assert config_loads((tmp_path / "xcp-agent.json").read_text()) == cfg
+    assert p.argv == [sys.executable, "-m", "controllers.xcp_agent_process", str((tmp_path / "xcp-agent.json").resolve()),
+                      str(tmp_path.resolve())]
+    assert (p.cwd / "controllers" / "xcp_agent_process.py").exists() and not (tmp_path / "xcp.json").exists()
+    assert p.grace_s >= 10
