@@ -97,6 +97,29 @@ struct {
 	__type(value, struct optsw_monitor);
 } optsw_monitor SEC(".maps");
 
+/* XCP (optswitch.h, docs/xcp-edge.md): per node the per-interval accumulators of its
+ * outputs, its configuration, and the class of each destination at an xcp-edge node. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, OPTSW_MAX_NODES);
+	__type(key, __u32);
+	__type(value, struct optsw_xcp_node);
+} optsw_xcp_acc SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, OPTSW_MAX_NODES);
+	__type(key, __u32);
+	__type(value, struct optsw_xcp_cfg);
+} optsw_xcp_cfg SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, OPTSW_ROUTES_MAX);
+	__type(key, struct optsw_xcp_class_key);
+	__type(value, __u32);
+} optsw_xcp_class SEC(".maps");
+
 static __always_inline struct optsw_hook *hook(void)
 {
 	__u32 zero = 0;
@@ -292,7 +315,8 @@ struct optsw_pkt {
 	__u32 in_port;  /* input port (NO_PORT if unknown: a host's own packet) */
 	__u32 out_port; /* output port */
 	__u32 len;      /* wire length in bytes */
-	__u32 pad;
+	__u32 cls;      /* the packet's class, set by OPTSW_PREPARE (xcp-edge), else
+			 * OPTSW_XCP_NO_CLASS; written to cb[2] of a held packet that has one */
 };
 
 /* Bytes of an Ethernet header: the optical RAM architectures count IP datagram bytes
@@ -348,6 +372,19 @@ struct optsw_ctrl {
 	static __always_inline int optsw_##name##_control(struct optsw_node_state *st,          \
 							  const struct optsw_cfg_node *cfg,     \
 							  const struct optsw_ctrl *c)
+
+/*
+ * An architecture whose decision needs what cannot be had under the node lock (a map
+ * lookup, the packet's headers: no helper may be called while a bpf_spin_lock is held)
+ * defines OPTSW_PREPARE(<name>) in its header too: called before the lock with the packet
+ * and the node's configuration, it fills what its decision reads into *pkt (today
+ * pkt->cls: xcp-edge's class). archgen.py finds the definition and generates
+ * optsw_arch_prepare(arch, skb, cfg, pkt), which does nothing for the others.
+ */
+#define OPTSW_PREPARE(name)                                                                   \
+	static __always_inline void optsw_##name##_prepare(struct __sk_buff *skb,               \
+							   const struct optsw_cfg_node *cfg,    \
+							   struct optsw_pkt *pkt)
 
 #define OPTSW_DECIDE(name)                                                                    \
 	static __always_inline __u32 optsw_##name##_decide(struct optsw_node_state *st,         \
@@ -514,6 +551,49 @@ int optsw_ingress(struct __sk_buff *skb)
 	return bpf_redirect(cfg->port[out].ifindex, 0);
 }
 
+/*
+ * XCP's per-interval accumulator (optswitch.h, struct optsw_xcp_slot): a packet of len
+ * frame bytes arriving at a, decided `decision` for output port ps, counted if the node's
+ * XCP configuration xc is on and a >= its epoch. Called under the node lock right after
+ * the decision, before its counters (ps->out_free_ns is still what the arrival found),
+ * for every decision but OPTSW_NOCFG. The maps were looked up before the lock (no helper
+ * under it); every test is here, after the decision, so that the verifier walks the
+ * decisions once, not once per outcome of these tests. One division, no loop.
+ */
+static __always_inline void xcp_account(struct optsw_xcp_node *xn, const struct optsw_xcp_cfg *xc,
+					const struct optsw_port_state *ps, __u32 port, __u64 a, __u32 len,
+					__u32 decision)
+{
+	__u64 epoch = xc->epoch_ns, d_e = xc->interval_ns, k, backlog;
+	struct optsw_xcp_slot *s;
+	__u32 slot;
+
+	if (!xc->enabled || !d_e || a < epoch)
+		return;
+	k = (a - epoch) / d_e;
+	slot = (__u32)k & (OPTSW_XCP_SLOTS - 1);
+	barrier_var(port);
+	port &= OPTSW_MAX_PORTS - 1;
+	s = &xn->slot[port][slot];
+	if (s->interval != k || !s->packets) { /* (no packets: never used, e.g. all zero) */
+		s->interval = k;
+		s->bytes = 0;
+		s->qmin_ns = OPTSW_XCP_NONE;
+		s->packets = 0;
+		s->drops = 0;
+	}
+	s->bytes += len;
+	s->packets++;
+	if (decision == OPTSW_DROP)
+		s->drops++;
+	if (decision == OPTSW_HOLD)
+		return;
+	/* the backlog this arrival found: the decision has not moved out_free yet */
+	backlog = ps->out_free_ns > a ? ps->out_free_ns - a : 0;
+	if (backlog < s->qmin_ns)
+		s->qmin_ns = backlog;
+}
+
 SEC("tc")
 int optsw_egress(struct __sk_buff *skb)
 {
@@ -523,7 +603,9 @@ int optsw_egress(struct __sk_buff *skb)
 	struct optsw_cfg_node *cfg;
 	struct optsw_cfg_port *pc;
 	struct optsw_port_state *ps;
-	struct optsw_pkt pkt = {};
+	struct optsw_pkt pkt = { .cls = OPTSW_XCP_NO_CLASS };
+	struct optsw_xcp_node *xn;
+	struct optsw_xcp_cfg *xc;
 	__u64 a, tau, dep = 0, stamp, now;
 	__u32 len, decision, port;
 
@@ -533,7 +615,11 @@ int optsw_egress(struct __sk_buff *skb)
 	cfg = bpf_map_lookup_elem(&optsw_cfg, &node);
 	st = bpf_map_lookup_elem(&optsw_state, &node);
 	ps = port_state(st, port);
-	if (!cfg || !ps || port >= cfg->n_ports) {
+	/* XCP's accumulator (no helper under the lock: looked up here). Arrays of the same
+	 * nodes as optsw_cfg: absent only where cfg is, so checked with it (one path on). */
+	xc = bpf_map_lookup_elem(&optsw_xcp_cfg, &node);
+	xn = bpf_map_lookup_elem(&optsw_xcp_acc, &node);
+	if (!cfg || !ps || !xc || !xn || port >= cfg->n_ports) {
 		skb->cb[0] = OPTSW_NOCFG;
 		if (ps)
 			__sync_fetch_and_add(&ps->nocfg, 1);
@@ -559,9 +645,12 @@ int optsw_egress(struct __sk_buff *skb)
 	pkt.len = len;
 	/* set by optsw_ingress (test mode: given in the context); a host's own packet has none */
 	pkt.in_port = tb_is_switch ? skb->cb[1] : NO_PORT;
+	optsw_arch_prepare(cfg->arch, skb, cfg, &pkt);
 
 	bpf_spin_lock(&st->lock);
 	decision = optsw_arch_decide(cfg->arch, st, cfg, &pkt, ps, a, tau, &dep);
+	if (decision != OPTSW_NOCFG)
+		xcp_account(xn, xc, ps, port, a, len, decision);
 	if (decision == OPTSW_DROP) {
 		ps->dropped++;
 	} else if (decision == OPTSW_HOLD) {
@@ -589,7 +678,10 @@ int optsw_egress(struct __sk_buff *skb)
 		return TC_ACT_SHOT;
 	if (decision == OPTSW_HOLD) {
 		/* The port's holding qdisc releases it; the stamp is its arrival here, which
-		 * the next node (port flag OPTSW_PORT_PEER_HOLDS) reads as such. */
+		 * the next node (port flag OPTSW_PORT_PEER_HOLDS) reads as such; its class
+		 * (xcp-edge: the pacer's) in cb[2]. */
+		if (pkt.cls != OPTSW_XCP_NO_CLASS)
+			skb->cb[2] = pkt.cls;
 		if (tb_test_mode)
 			skb->tstamp = a;
 		else

@@ -215,6 +215,53 @@ struct optsw_node_state {
 	struct optsw_hold_hist hold;      /* ingress on OPTSW_PORT_PEER_HOLDS ports */
 };
 
+/*
+ * XCP (docs/xcp-edge.md, "(b) S and Q at a core node"): per output and control interval
+ * what the node's XCP controller needs. Interval k = [epoch + k d_e, epoch + (k+1) d_e)
+ * of a packet's intended arrival a at the node (emulation ns); per output a ring of
+ * OPTSW_XCP_SLOTS slots, slot k & (OPTSW_XCP_SLOTS - 1) holding interval k (a slot found
+ * holding another interval is reset to k). Written by the egress program under the node
+ * lock, right after the decision, when the node's optsw_xcp_cfg is enabled and a >= epoch
+ * (a slot without packets counts as never used, so an all-zero value is a valid reset):
+ * every decision but OPTSW_NOCFG adds the frame to bytes and packets (a drop to drops too);
+ * a decision that gives the output's backlog (every one but OPTSW_HOLD: the backlog is
+ * then the holding qdisc's) lowers qmin_ns to (out_free - a)^+, out_free as the arrival
+ * found it. Read by the XCP agent (no lock: a closed interval is not written unless a
+ * packet is late).
+ */
+#define OPTSW_XCP_SLOTS 4 /* intervals kept per output (a power of two) */
+#define OPTSW_XCP_NONE  0xffffffffffffffffULL /* interval never used / qmin_ns no arrival */
+#define OPTSW_XCP_NO_CLASS 0xffffffffU /* optsw_pkt.cls: none */
+
+struct optsw_xcp_slot {
+	__u64 interval;   /* k of this slot, OPTSW_XCP_NONE = never used */
+	__u64 bytes;      /* frame bytes decided for this output arriving in k (dropped included) */
+	__u64 qmin_ns;    /* smallest backlog (out_free - a)^+ found by an arrival, ns;
+			   * OPTSW_XCP_NONE = none (no arrival, or only held packets) */
+	__u32 packets;    /* packets decided for this output arriving in k */
+	__u32 drops;      /* of which dropped */
+};
+
+/* optsw_xcp_acc value: one node's rings, slot[port][k & (OPTSW_XCP_SLOTS - 1)] (8 KB). */
+struct optsw_xcp_node {
+	struct optsw_xcp_slot slot[OPTSW_MAX_PORTS][OPTSW_XCP_SLOTS];
+};
+
+/* optsw_xcp_cfg value: one node's XCP configuration (all zero: off). */
+struct optsw_xcp_cfg {
+	__u32 enabled;       /* 1: accumulate into optsw_xcp_acc */
+	__u32 acks_separate; /* xcp-edge: a pure ACK takes class + 1 (its own macroflow) */
+	__u64 epoch_ns;      /* E: start of interval 0, emulation ns of CLOCK_MONOTONIC */
+	__u64 interval_ns;   /* d_e: the control interval, emulation ns (0: nothing accumulated) */
+};
+
+/* optsw_xcp_class key: an xcp-edge node and a destination; value __u32, the data class
+ * of the macroflow towards that destination's egress edge (the pacer's class id). */
+struct optsw_xcp_class_key {
+	__u32 node;
+	__u32 dst_ip;     /* IPv4 destination address, network byte order */
+};
+
 /* Test hook (BPF_PROG_TEST_RUN only, when rodata tb_test_mode = 1). */
 struct optsw_hook {
 	__u64 now_ns;  /* the time the packet reaches the program (arrival at the switch) */

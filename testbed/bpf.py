@@ -533,7 +533,7 @@ OPTSW_INGRESS = "optsw_ingress"
 OPTSW_EGRESS = "optsw_egress"
 #: Map names of optswitch.bpf.o (pinned at DIR/maps/<name>).
 OPTSW_MAPS = ("optsw_cfg", "optsw_state", "optsw_ifport", "optsw_routes", "optsw_hook",
-              "optsw_monitor")
+              "optsw_monitor", "optsw_xcp_acc", "optsw_xcp_cfg", "optsw_xcp_class")
 
 
 def _check_node(node_id: int) -> None:

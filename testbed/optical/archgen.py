@@ -5,8 +5,10 @@
 ``testbed.optical.architectures.REGISTRY`` and defines ``optsw_arch_decide``, which calls
 ``optsw_<bpf>_decide`` of the architecture whose code is ``cfg_node.arch``, and
 ``optsw_arch_control``, which hands a burst control packet to ``optsw_<bpf>_control`` of
-an architecture whose header defines one (``OPTSW_CONTROL(<bpf>)``). The codes thus live
-in the registry only.
+an architecture whose header defines one (``OPTSW_CONTROL(<bpf>)``), and
+``optsw_arch_prepare``, which calls ``optsw_<bpf>_prepare`` (before the node lock: map
+lookups, packet headers) of an architecture whose header defines one
+(``OPTSW_PREPARE(<bpf>)``). The codes thus live in the registry only.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from testbed.optical.architectures import REGISTRY, Registry
+from testbed.optical.architectures import REGISTRY, Architecture, Registry
 
 #: the header ebpf/Makefile generates (relative to ebpf/)
 GENERATED = Path(".output") / "optsw_archs.h"
@@ -22,11 +24,25 @@ GENERATED = Path(".output") / "optsw_archs.h"
 ARCH_DIR = Path(__file__).resolve().parents[2] / "ebpf" / "arch"
 
 
-def has_control(bpf: str, arch_dir: Path = ARCH_DIR) -> bool:
-    """Whether ``arch_dir/<bpf>.h`` defines a control unit (a line starting with
-    ``OPTSW_CONTROL(<bpf>)``). Raises OSError if the header cannot be read."""
+def defines(bpf: str, hook: str, arch_dir: Path = ARCH_DIR) -> bool:
+    """Whether ``arch_dir/<bpf>.h`` defines the optional ``hook`` (``OPTSW_CONTROL``,
+    ``OPTSW_PREPARE``): a line starting with ``<hook>(<bpf>)``. Raises OSError if the
+    header cannot be read."""
     text = (arch_dir / f"{bpf}.h").read_text()
-    return any(line.startswith(f"OPTSW_CONTROL({bpf})") for line in text.splitlines())
+    return any(line.startswith(f"{hook}({bpf})") for line in text.splitlines())
+
+
+def has_control(bpf: str, arch_dir: Path = ARCH_DIR) -> bool:
+    """Whether ``arch_dir/<bpf>.h`` defines a control unit (``OPTSW_CONTROL(<bpf>)``).
+    Raises OSError if the header cannot be read."""
+    return defines(bpf, "OPTSW_CONTROL", arch_dir)
+
+
+def _calls(archs: list[Architecture], call: str, hook: str | None, arch_dir: Path) -> list[str]:
+    """Dispatch lines ``if (arch == <code>) <call>`` for each of ``archs`` (only those
+    whose header defines ``hook``, if given); ``call`` is formatted with ``bpf``."""
+    return [line for a in archs if hook is None or defines(a.bpf, hook, arch_dir)
+            for line in (f"\tif (arch == {a.code}) /* {a.name} */", "\t\t" + call.format(bpf=a.bpf))]
 
 
 def render(registry: Registry = REGISTRY, arch_dir: Path = ARCH_DIR) -> str:
@@ -52,20 +68,22 @@ def render(registry: Registry = REGISTRY, arch_dir: Path = ARCH_DIR) -> str:
               "\t\t\t\t\t      const struct optsw_cfg_node *cfg, const struct optsw_pkt *pkt,",
               "\t\t\t\t\t      struct optsw_port_state *ps,",
               "\t\t\t\t\t      __u64 a, __u64 tau, __u64 *dep)", "{"]
-    for a in archs:
-        lines += [f"\tif (arch == {a.code}) /* {a.name} */",
-                  f"\t\treturn optsw_{a.bpf}_decide(st, cfg, pkt, ps, a, tau, dep);"]
+    lines += _calls(archs, "return optsw_{bpf}_decide(st, cfg, pkt, ps, a, tau, dep);", None, arch_dir)
     lines += ["\treturn OPTSW_NOCFG;", "}", "",
               "/* The control unit of the architecture of code arch for a burst control packet:",
               " * 1 if it has one (OPTSW_CONTROL in its header), else 0. */",
               "static __always_inline int optsw_arch_control(__u32 arch, struct optsw_node_state *st,",
               "\t\t\t\t\t       const struct optsw_cfg_node *cfg, const struct optsw_ctrl *c)",
               "{"]
-    for a in archs:
-        if has_control(a.bpf, arch_dir):
-            lines += [f"\tif (arch == {a.code}) /* {a.name} */",
-                      f"\t\treturn optsw_{a.bpf}_control(st, cfg, c);"]
-    lines += ["\treturn 0;", "}", "", "#endif /* OTT_OPTSW_ARCHS_H */", ""]
+    lines += _calls(archs, "return optsw_{bpf}_control(st, cfg, c);", "OPTSW_CONTROL", arch_dir)
+    lines += ["\treturn 0;", "}", "",
+              "/* What the architecture of code arch prepares before the node lock (OPTSW_PREPARE",
+              " * in its header) into *pkt; nothing for the others. */",
+              "static __always_inline void optsw_arch_prepare(__u32 arch, struct __sk_buff *skb,",
+              "\t\t\t\t\t       const struct optsw_cfg_node *cfg, struct optsw_pkt *pkt)",
+              "{"]
+    lines += _calls(archs, "optsw_{bpf}_prepare(skb, cfg, pkt);", "OPTSW_PREPARE", arch_dir)
+    lines += ["}", "", "#endif /* OTT_OPTSW_ARCHS_H */", ""]
     return "\n".join(lines)
 
 

@@ -13,17 +13,19 @@ packet for one of its outputs. One :class:`Architecture` entry each, holding
   An architecture whose behaviour is not a per-packet decision (E2's ``obs-edge``
   holds packets in a burst assembler; ``obs-core`` drops whole bursts announced by
   control packets; E5's ``ib`` serves its virtual output queues in an order later
-  arrivals decide) has ``reference = None`` and names its reference in ``oracle``
-  (a module: ``testbed.optical.burst``, ``testbed.optical.burstloss``,
-  ``testbed.optical.ramsim``),
+  arrivals decide; ``xcp-edge`` paces macroflows at rates XCP changes) has
+  ``reference = None`` and names its reference in ``oracle`` (a module:
+  ``testbed.optical.burst``, ``testbed.optical.burstloss``, ``testbed.optical.ramsim``,
+  ``testbed.xcpsim``),
 * its BPF code identifier: ``bpf``, the header ``ebpf/arch/<bpf>.h`` defining
-  ``optsw_<bpf>_decide``, and ``code``, the value of ``cfg_node.arch``. This registry
+  ``optsw_<bpf>_decide`` (and optionally ``optsw_<bpf>_control``, ``optsw_<bpf>_prepare``), and ``code``, the value of ``cfg_node.arch``. This registry
   is the one source of the codes: ``testbed/optical/archgen.py`` generates the BPF
   dispatch from it (``make -C ebpf``),
 * the ``roles`` a node with it may have (``host``, ``edge``, ``core``),
 * its ``realisation`` (``testbed/optical/mechanisms.py``): ``edt`` (decided at arrival,
   stamped, released by fq) or ``holding`` (released by a mechanism that can wait for
-  later events: ``obs-edge``'s obsburst qdisc, ``ib``'s voq qdisc; a holding
+  later events: ``obs-edge``'s obsburst qdisc, ``ib``'s voq qdisc, ``xcp-edge``'s
+  xcppace qdisc; a holding
   realisation whose mechanism does not exist yet fails naming what is missing), and
   ``mechanism_options``: what that mechanism needs, from the parameter values and the node
   (:class:`~testbed.optical.mechanisms.NodeContext`: node id, D, port rates and
@@ -47,7 +49,7 @@ from testbed.errors import DefinitionError
 from testbed.optical import hostnic, model, obsburst, voq
 from testbed.optical.burst import ClassParams
 from testbed.optical.layout import ARCH_CFG_BYTES, MAX_NE, PortConfig
-from testbed.optical.mechanisms import EDT, EDT_FQ, Mechanism, NodeContext, Realisation
+from testbed.optical.mechanisms import EDT, EDT_FQ, Mechanism, NodeContext, Realisation, holding
 
 #: roles of a node in the fabric: an end host (its own packets), a switch at the edge of
 #: the optical core (next to hosts: burst assembly, large electronic buffers), a switch
@@ -475,8 +477,21 @@ FIFO = Architecture(
     params=(ArchParam("max_wait_ns", "longest wait in the buffer, paper ns; x D at most fq's 3600 s horizon", 0,
                       FQ_HORIZON_NS, ctype="u64", duration=True, emulation_hi=FQ_HORIZON_NS),))
 
+# E5's edge nodes when XCP paces macroflows (Alparslan, Arakawa, Murata, II-A, III-A;
+# docs/xcp-edge.md, "(a) The edge pacer")
+
+XCP_EDGE = Architecture(
+    "xcp-edge", 11, "xcp_edge", "XCP edge: packets towards the core held by the xcppace qdisc, which paces each "
+    "macroflow class (the destination's egress edge; its pure ACKs apart when ACK macroflows are separate) with a "
+    "leaky bucket at the rate XCP grants and serialises the link, dropping a packet whose wait estimated at "
+    "admission exceeds max_wait; a destination without a class is dropped unmodelled; packets towards hosts as fifo",
+    reference=None, oracle="testbed.xcpsim",
+    params=(ArchParam("max_wait_ns", "longest wait in the buffer, paper ns; x D at most fq's 3600 s horizon", 0,
+                      FQ_HORIZON_NS, ctype="u64", duration=True, emulation_hi=FQ_HORIZON_NS),),
+    roles=("edge",), realisation=holding("the xcppace qdisc (kernel/sch_xcppace.c, being built)"))
+
 #: every architecture; the BPF dispatch is generated from this list (archgen.py)
-REGISTRY = Registry([NIC, ELECTRONIC, FIFO, ALL_OPTICAL, HYBRID, OBS_EDGE, OBS_CORE, OB, IB, SB, WCSB])
+REGISTRY = Registry([NIC, ELECTRONIC, FIFO, XCP_EDGE, ALL_OPTICAL, HYBRID, OBS_EDGE, OBS_CORE, OB, IB, SB, WCSB])
 
 
 def parse(spec: str, ports: int | None = None, *, role: str | None = DEFAULT_SWITCH_ROLE,

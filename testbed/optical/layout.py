@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 import struct
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 MAX_NODES = 512
@@ -240,3 +241,152 @@ def lateness_summary(mon: dict) -> dict:
                 out[key] = min(bucket_upper_ns(i), mon["max_ns"])
                 break
     return out
+
+
+# ---- XCP (ebpf/optswitch.h: struct optsw_xcp_slot, optsw_xcp_node, optsw_xcp_cfg,
+# optsw_xcp_class_key; docs/xcp-edge.md, "(b) S and Q at a core node") ----
+
+#: intervals kept per output (OPTSW_XCP_SLOTS): interval k lives in slot k % XCP_SLOTS
+XCP_SLOTS = 4
+#: "none" in a slot's interval (never used) and qmin_ns (no backlog sample): OPTSW_XCP_NONE
+XCP_NONE = 2**64 - 1
+#: pacer class "none" (OPTSW_XCP_NO_CLASS), never a class id
+XCP_NO_CLASS = 2**32 - 1
+_XCP_SLOT = struct.Struct("<QQQII")                     # interval, bytes, qmin_ns, packets, drops: 32 B
+#: bytes of one optsw_xcp_acc value (struct optsw_xcp_node: slot[MAX_PORTS][XCP_SLOTS])
+XCP_NODE_SIZE = _XCP_SLOT.size * XCP_SLOTS * MAX_PORTS
+_XCP_CFG = struct.Struct("<IIQQ")                       # enabled, acks_separate, epoch_ns, interval_ns
+_XCP_CLASS_KEY = struct.Struct("<I4s")                  # node, dst_ip (network byte order)
+_U32 = struct.Struct("<I")
+
+
+@dataclass(frozen=True)
+class AccSlot:
+    """One slot of a node's XCP accumulator for one output: ``interval`` k (None: never
+    used), the frame ``bytes`` and ``packets`` decided for the output whose intended
+    arrival at the node lies in interval k (dropped ones included), ``drops`` of them
+    dropped, and ``qmin_ns``, the smallest backlog (out_free - a)^+ in emulation ns an
+    arrival found (None: none, i.e. no arrival or only held packets)."""
+
+    interval: int | None
+    bytes: int = 0
+    packets: int = 0
+    drops: int = 0
+    qmin_ns: int | None = None
+
+
+#: a slot that was never used
+EMPTY_SLOT = AccSlot(None)
+
+
+def pack_acc_slot(slot: AccSlot) -> bytes:
+    """The 32 bytes of struct optsw_xcp_slot for ``slot`` (None as XCP_NONE). Raises
+    struct.error for a value that does not fit its member."""
+    return _XCP_SLOT.pack(XCP_NONE if slot.interval is None else slot.interval, slot.bytes,
+                          XCP_NONE if slot.qmin_ns is None else slot.qmin_ns, slot.packets, slot.drops)
+
+
+def unpack_acc_slot(raw: bytes, offset: int = 0) -> AccSlot:
+    """The slot at ``offset`` of ``raw``. A slot without packets was never used (the
+    program resets a slot and counts its first packet in one step under the node lock):
+    AccSlot(None) whatever its interval, so an all-zero value (a map as the kernel creates
+    it) reads as never used too. Raises struct.error if ``raw`` is too short."""
+    interval, nbytes, qmin, packets, drops = _XCP_SLOT.unpack_from(raw, offset)
+    if packets == 0:
+        return EMPTY_SLOT
+    return AccSlot(interval, nbytes, packets, drops, None if qmin == XCP_NONE else qmin)
+
+
+def pack_xcp_node(slots: Mapping[int, Sequence[AccSlot]] | None = None) -> bytes:
+    """An optsw_xcp_acc value: ``slots`` {port: its XCP_SLOTS slots, index = slot
+    number}, every other slot never used (interval and qmin_ns XCP_NONE): what a reset
+    writes. Raises ValueError for a port outside 0..MAX_PORTS-1 or a list that is not
+    XCP_SLOTS long."""
+    given = dict(slots or {})
+    out = bytearray()
+    empty = pack_acc_slot(EMPTY_SLOT)
+    for port in range(MAX_PORTS):
+        ring = given.pop(port, None)
+        if ring is None:
+            out += empty * XCP_SLOTS
+            continue
+        if len(ring) != XCP_SLOTS:
+            raise ValueError(f"port {port}: {len(ring)} slots; a port has {XCP_SLOTS}")
+        out += b"".join(pack_acc_slot(s) for s in ring)
+    if given:
+        raise ValueError(f"ports {sorted(given)} outside 0..{MAX_PORTS - 1}")
+    return bytes(out)
+
+
+def parse_xcp_node(value: bytes, n_ports: int = MAX_PORTS) -> dict[int, list[AccSlot]]:
+    """Decode an optsw_xcp_acc value: {port: its XCP_SLOTS slots, index = slot number
+    (interval k is in slot k % XCP_SLOTS)} for ports 0..n_ports-1. Raises ValueError
+    for a value of the wrong size or n_ports outside 1..MAX_PORTS."""
+    if len(value) != XCP_NODE_SIZE:
+        raise ValueError(f"optsw_xcp_acc value of {len(value)} B; struct optsw_xcp_node has {XCP_NODE_SIZE} B")
+    if not 1 <= n_ports <= MAX_PORTS:
+        raise ValueError(f"{n_ports} ports; a node has 1..{MAX_PORTS}")
+    return {p: [unpack_acc_slot(value, (p * XCP_SLOTS + i) * _XCP_SLOT.size) for i in range(XCP_SLOTS)]
+            for p in range(n_ports)}
+
+
+def acc_interval(ring: Sequence[AccSlot], k: int) -> AccSlot:
+    """What a port's ring (:func:`parse_xcp_node`) holds of interval ``k``: its slot if
+    that slot holds k, else AccSlot(k) with nothing counted (no arrival in k, or the
+    slot was reused for a later interval: the caller tells them apart by reading in time)."""
+    s = ring[k % XCP_SLOTS]
+    return s if s.interval == k else AccSlot(k)
+
+
+@dataclass(frozen=True)
+class XcpConfig:
+    """One node's optsw_xcp_cfg: ``enabled`` (accumulate), ``epoch_ns`` E and
+    ``interval_ns`` d_e (emulation ns of CLOCK_MONOTONIC; interval k = [E + k d_e,
+    E + (k+1) d_e)), ``acks_separate`` (xcp-edge: pure ACKs take class + 1). Raises
+    ValueError for an enabled configuration with d_e <= 0 or a value outside a u64."""
+
+    enabled: bool = False
+    epoch_ns: int = 0
+    interval_ns: int = 0
+    acks_separate: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("epoch_ns", "interval_ns"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**64:
+                raise ValueError(f"{name} {v!r} is not a u64 (emulation ns)")
+        if self.enabled and self.interval_ns <= 0:
+            raise ValueError("an enabled XCP configuration needs interval_ns > 0")
+
+    def pack(self) -> bytes:
+        """The 24 bytes of struct optsw_xcp_cfg."""
+        return _XCP_CFG.pack(int(self.enabled), int(self.acks_separate), self.epoch_ns, self.interval_ns)
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> "XcpConfig":
+        """The configuration in ``raw`` (struct optsw_xcp_cfg). Raises struct.error if too short."""
+        enabled, acks, epoch, interval = _XCP_CFG.unpack_from(raw, 0)
+        return cls(bool(enabled), epoch, interval, bool(acks))
+
+    def interval_of(self, a_ns: int) -> int | None:
+        """The interval k of an intended arrival ``a_ns`` as the program computes it
+        (floor((a - E) / d_e)); None before the epoch or when disabled."""
+        if not self.enabled or a_ns < self.epoch_ns:
+            return None
+        return (a_ns - self.epoch_ns) // self.interval_ns
+
+
+def xcp_class_key(node: int, dst: str) -> bytes:
+    """Key of optsw_xcp_class (struct optsw_xcp_class_key): xcp-edge node id and a
+    destination IPv4 address (network byte order in the key). Raises OSError for a bad
+    address, struct.error for a node id that is not a u32."""
+    return _XCP_CLASS_KEY.pack(node, socket.inet_aton(dst))
+
+
+def xcp_class_value(cls: int) -> bytes:
+    """Value of optsw_xcp_class: the data class id (u32; the pacer's classes). Raises
+    ValueError for a negative id or XCP_NO_CLASS and beyond (its ACK class cls + 1 must
+    be an id too)."""
+    if isinstance(cls, bool) or not isinstance(cls, int) or not 0 <= cls < XCP_NO_CLASS - 1:
+        raise ValueError(f"class {cls!r} is not a class id (0..{XCP_NO_CLASS - 2})")
+    return _U32.pack(cls)

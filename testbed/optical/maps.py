@@ -7,6 +7,7 @@ a point).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,6 +76,36 @@ def read_states(pin_dir: Path, n_ports: dict[int, int]) -> dict[int, dict]:
     """Counters of the nodes in ``n_ports`` ({node id: ports in use}): per node
     ``max_occ_bytes``, ``occ_overflow``, ``bout_overflow`` and ``ports`` (a dict per port)."""
     return {node: layout.parse_node_state(v, n_ports[node]) for node, v in read_raw_states(pin_dir, n_ports).items()}
+
+
+def configure_xcp(pin_dir: Path, configs: Mapping[int, layout.XcpConfig]) -> None:
+    """Write each node's XCP configuration ({node id: XcpConfig}; ``XcpConfig()``
+    disables) and reset its accumulator (every slot never used), one loader call per
+    map. Nodes not given keep theirs. Call it before the epoch of a point: a slot left
+    from an earlier point would otherwise be counted into an interval of the same number."""
+    if not configs:
+        return
+    empty = layout.pack_xcp_node()
+    bpf.map_update(pin_dir, "optsw_xcp_acc", [(layout.u32_key(n), empty) for n in sorted(configs)])
+    bpf.map_update(pin_dir, "optsw_xcp_cfg", [(layout.u32_key(n), c.pack()) for n, c in sorted(configs.items())])
+
+
+def set_xcp_classes(pin_dir: Path, classes: Mapping[tuple[int, str], int]) -> None:
+    """Write the class map of the xcp-edge nodes: {(edge node id, destination IPv4):
+    data class id} (``XcpPlan.class_map``). Raises ValueError for a class that is not an
+    id, OSError for a bad address."""
+    bpf.map_update(pin_dir, "optsw_xcp_class",
+                   [(layout.xcp_class_key(n, dst), layout.xcp_class_value(c)) for (n, dst), c in sorted(classes.items())])
+
+
+def read_xcp_acc(pin_dir: Path, n_ports: Mapping[int, int]) -> dict[int, dict[int, list[layout.AccSlot]]]:
+    """The XCP accumulators of the nodes in ``n_ports`` ({node id: ports in use}): per
+    node {port: its XCP_SLOTS slots} (:func:`testbed.optical.layout.parse_xcp_node`),
+    one lookup per node through the loader (a process: the agent reads with bpf(2)
+    itself). Nodes whose row is absent are left out."""
+    wanted = sorted(n_ports)
+    return {int.from_bytes(k, "little"): layout.parse_xcp_node(v, n_ports[int.from_bytes(k, "little")])
+            for k, v in bpf.map_dump(pin_dir, "optsw_xcp_acc", [layout.u32_key(n) for n in wanted])}
 
 
 def reset_monitor(pin_dir: Path) -> None:

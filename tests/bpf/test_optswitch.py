@@ -121,11 +121,12 @@ def test_architectures_without_a_per_packet_model_are_the_ones_with_their_own_bp
     """obs-edge (holding: its timing is the obsburst qdisc's) and obs-core (its decisions
     depend on control packets) are checked against their oracles in tests/bpf/test_obs.py,
     ib (holding: its decisions are the voq qdisc's) by
-    test_ib_holds_every_packet_for_its_voq_qdisc below; another architecture without a
+    test_ib_holds_every_packet_for_its_voq_qdisc below, xcp-edge (holding: its pacing is the
+    xcppace qdisc's) in tests/bpf/test_xcp_acc.py; another architecture without a
     per-packet reference needs a BPF test of its own."""
     from testbed.optical.architectures import REGISTRY
 
-    assert sorted(a.name for a in REGISTRY if a.reference is None) == ["ib", "obs-core", "obs-edge"]
+    assert sorted(a.name for a in REGISTRY if a.reference is None) == ["ib", "obs-core", "obs-edge", "xcp-edge"]
 
 
 @pytest.mark.root

@@ -68,6 +68,23 @@ def test_fifo_spec_is_a_paper_duration_kept_as_given():
         REGISTRY.assignment("fifo", {"max_wait_ns": -5}, key="s1")
 
 
+def test_xcp_edge_is_an_edge_holding_architecture_waiting_for_its_pacer():
+    """xcp-edge:MAX_WAIT_NS (code 11, role edge): the wait bound is a paper duration as
+    fifo's (packed x D); choosing it names the missing xcppace qdisc until the mechanism
+    exists; it has no per-packet model (the pacer's rates come from XCP)."""
+    arch = REGISTRY.get("xcp-edge", role="edge")
+    assert (arch.code, arch.bpf, arch.roles, arch.syntax) == (11, "xcp_edge", ("edge",), "xcp-edge:MAX_WAIT_NS")
+    assert arch.realisation.name == mechanisms.HOLDING and arch.reference is None
+    assert "xcp-edge:MAX_WAIT_NS" in REGISTRY.syntax("edge") and "xcp-edge" not in REGISTRY.syntax("core")
+    if arch.realisation.mechanism is None:
+        with pytest.raises(DefinitionError, match=r"'e1\.arch': 'xcp-edge:250000000'.*xcppace qdisc"):
+            parse("xcp-edge:250000000", role="edge", key="e1.arch")
+    with pytest.raises(DefinitionError, match=r"MAX_WAIT_NS \(.*\) an integer 0\.\.3600000000000"):
+        parse("xcp-edge:-1", role="edge")
+    a = Assignment(arch, (("max_wait_ns", 250_000_000),))
+    assert a.packed(20) == struct.pack("<Q", 5_000_000_000) and a.spec == "xcp-edge:250000000"
+
+
 def test_keyword_assignment_names_the_parameter_key():
     assert REGISTRY.assignment("hybrid", {"n_e": "2"}).params == {"n_e": 2}
     with pytest.raises(DefinitionError, match=r"'s1\.n_e': 40; accepted: N_E .* an integer 1\.\.32"):
@@ -140,15 +157,19 @@ def test_each_architecture_has_its_reference_model():
     assert parse("hybrid:3").reference(ports).n_e == 3  # type: ignore[attr-defined]
     oracles = {a.name: a.oracle for a in REGISTRY if a.reference is None}
     assert oracles == {"obs-edge": "testbed.optical.burst", "obs-core": "testbed.optical.burstloss",
-                       "ib": "testbed.optical.ramsim"}
+                       "ib": "testbed.optical.ramsim", "xcp-edge": "testbed.xcpsim"}
     for name, module in oracles.items():
         if name == "obs-edge":  # burstloss.py is the bpf helper's, maybe not there yet
             assert hasattr(importlib.import_module(module), "assemble")
         if name == "ib":  # the paper's node, input buffering among its architectures
             assert "IB" in importlib.import_module(module).ARCHITECTURES
+        if name == "xcp-edge":  # the closed loop with its leaky-bucket pacers
+            assert hasattr(importlib.import_module(module), "dumbbell")
+        arch = REGISTRY.get(name, role=None)
+        # built by hand: a holding architecture whose mechanism is still missing refuses assignment()
+        assignment = Assignment(arch, tuple((p.name, p.lo) for p in arch.params))
         with pytest.raises(TypeError, match=f"'{name}' has no per-packet reference model; its reference is {module}"):
-            REGISTRY.assignment(name, {p.name: p.lo for p in REGISTRY.get(name, role=None).params},
-                                role=None).reference(ports)
+            assignment.reference(ports)
     with pytest.raises(ValueError, match="must name its oracle"):
         Architecture("x", 99, "x", "", None)
 
@@ -202,7 +223,8 @@ def test_only_durations_are_dilated_every_other_packing_is_unchanged():
     """No parameter of the other architectures is a duration for BPF: their packing does
     not depend on D (obs-edge's Tmax and offset are dilated for its qdisc by
     mechanism_options; its BPF configuration is not read by the program)."""
-    assert [(a.name, p.name) for a in REGISTRY for p in a.params if p.duration] == [("fifo", "max_wait_ns")]
+    assert [(a.name, p.name) for a in REGISTRY for p in a.params if p.duration] == [("fifo", "max_wait_ns"),
+                                                                                 ("xcp-edge", "max_wait_ns")]
     for spec, role in (("hybrid:5", "core"), ("ob:1500", "core"), ("obs-core:10,7", "core"),
                        ("obs-edge:1000000,100000,5000", "edge")):
         a = parse(spec, role=role)
@@ -246,6 +268,11 @@ def test_generated_dispatch_lists_every_code_once_and_the_build_used_it():
     decide = r"if \(arch == (\d+)\) /\* (\S+) \*/\s+return optsw_\w+_decide\("
     assert re.findall(decide, text) == [(str(a.code), a.name) for a in REGISTRY]
     assert [f"arch/{a.bpf}.h" for a in REGISTRY] == re.findall(r'#include "(arch/\w+\.h)"', text)
+    # the optional hooks: obs-core's control unit, xcp-edge's preparation before the lock
+    assert re.findall(r"if \(arch == (\d+)\) /\* (\S+) \*/\s+return optsw_\w+_control\(", text) == \
+        [(str(a.code), a.name) for a in REGISTRY if a.name == "obs-core"]
+    assert re.findall(r"if \(arch == (\d+)\) /\* (\S+) \*/\s+optsw_\w+_prepare\(", text) == \
+        [(str(a.code), a.name) for a in REGISTRY if a.name == "xcp-edge"]
     built = EBPF / archgen.GENERATED
     if not built.exists():
         pytest.skip("ebpf not built")

@@ -193,11 +193,17 @@ def test_optswitch_maps_are_the_ones_python_writes(optsw):
         "optsw_routes": (len(layout.route_key(0, "10.0.0.1")), "struct optsw_route"),
         "optsw_hook": (u32, "struct optsw_hook"),
         "optsw_monitor": (u32, "struct optsw_monitor"),
+        "optsw_xcp_acc": (u32, "struct optsw_xcp_node"),
+        "optsw_xcp_cfg": (u32, "struct optsw_xcp_cfg"),
+        "optsw_xcp_class": (len(layout.xcp_class_key(0, "10.0.0.1")), "__u32"),
     }
     for name, (key_size, value_type) in want.items():
         assert (maps[name].key_size, maps[name].value_type) == (key_size, value_type), name
     assert maps["optsw_ifport"].value_size == len(layout.u32_key(0))
     assert maps["optsw_cfg"].max_entries == maps["optsw_state"].max_entries == layout.MAX_NODES
+    assert maps["optsw_xcp_acc"].max_entries == maps["optsw_xcp_cfg"].max_entries == layout.MAX_NODES
+    assert maps["optsw_xcp_class"].value_size == len(layout.xcp_class_value(0))
+    assert maps["optsw_xcp_acc"].value_size == layout.XCP_NODE_SIZE
 
 
 def test_array_lengths_match_the_python_constants(optsw):
@@ -301,6 +307,48 @@ def test_obs_state_is_parsed_by_member_name(optsw):
     assert {k: hold[k] for k in ("count", "early", "max_ns", "sum_ns", "over")} == \
         {k: values[f"hold.{k}"] for k in ("count", "early", "max_ns", "sum_ns", "over")}
     assert hold["buckets"] == [values[f"hold.bucket[{i}]"] for i in range(layout.HOLD_BUCKETS)]
+
+
+def test_xcp_layouts_write_and_read_every_member_by_name(optsw):
+    """The XCP accumulator (slot, node ring), its configuration and the class key
+    (ebpf/optswitch.h) against layout.py: packers by member, the node parser fed a
+    distinct value in every member of every slot."""
+    outer = optsw.type(optsw.member("optsw_xcp_node", "slot").type_id)  # slot[MAX_PORTS][XCP_SLOTS]
+    assert (outer.nelems, optsw.type(outer.ref).nelems) == (layout.MAX_PORTS, layout.XCP_SLOTS)
+    assert optsw.size("optsw_xcp_slot") == 32 and optsw.size("optsw_xcp_node") == layout.XCP_NODE_SIZE == 8192
+    slot = layout.AccSlot(2**40 + 3, 2**35 + 7, 123456, 2**31 + 5, 2**33 + 9)
+    assert mismatches(optsw, "optsw_xcp_slot", layout.pack_acc_slot(slot),
+                      {"interval": slot.interval, "bytes": slot.bytes, "qmin_ns": slot.qmin_ns,
+                       "packets": slot.packets, "drops": slot.drops}) == []
+    assert mismatches(optsw, "optsw_xcp_slot", layout.pack_acc_slot(layout.EMPTY_SLOT),
+                      {"interval": layout.XCP_NONE, "qmin_ns": layout.XCP_NONE}) == []
+    values = distinct_values(optsw, "optsw_xcp_node")
+    parsed = layout.parse_xcp_node(optsw.encode("optsw_xcp_node", values))
+    assert len(parsed) == layout.MAX_PORTS
+    for p, ring in parsed.items():
+        assert ring == [layout.AccSlot(values[f"slot[{p}][{i}].interval"], values[f"slot[{p}][{i}].bytes"],
+                                       values[f"slot[{p}][{i}].packets"], values[f"slot[{p}][{i}].drops"],
+                                       values[f"slot[{p}][{i}].qmin_ns"]) for i in range(layout.XCP_SLOTS)], p
+    # the packer of a whole node (a reset, or a hand-made value) puts slot i of port p there
+    ring = [layout.AccSlot(4 * j + 1, j + 10, j + 20, j, j + 30) for j in range(layout.XCP_SLOTS)]
+    want = {f"slot[{p}][{i}].{m}": layout.XCP_NONE for p in range(layout.MAX_PORTS)
+            for i in range(layout.XCP_SLOTS) for m in ("interval", "qmin_ns")}
+    for i, sl in enumerate(ring):
+        want |= {f"slot[5][{i}].interval": sl.interval, f"slot[5][{i}].bytes": sl.bytes,
+                 f"slot[5][{i}].packets": sl.packets, f"slot[5][{i}].drops": sl.drops,
+                 f"slot[5][{i}].qmin_ns": sl.qmin_ns}
+    assert mismatches(optsw, "optsw_xcp_node", layout.pack_xcp_node({5: ring}), want) == []
+    cfg = layout.XcpConfig(True, 2**62 + 11, 10**9 + 3, acks_separate=True)
+    assert mismatches(optsw, "optsw_xcp_cfg", cfg.pack(),
+                      {"enabled": 1, "acks_separate": 1, "epoch_ns": 2**62 + 11, "interval_ns": 10**9 + 3}) == []
+    assert layout.XcpConfig.unpack(cfg.pack()) == cfg
+    dst = "10.4.5.6"
+    assert mismatches(optsw, "optsw_xcp_class_key", layout.xcp_class_key(300, dst),
+                      {"node": 300, "dst_ip": int.from_bytes(socket.inet_aton(dst), "little")}) == []
+    m = _macros(EBPF / "optswitch.h")
+    assert (layout.XCP_SLOTS, layout.XCP_NONE, layout.XCP_NO_CLASS) == \
+        (m["OPTSW_XCP_SLOTS"], m["OPTSW_XCP_NONE"], m["OPTSW_XCP_NO_CLASS"])
+    assert layout.XCP_SLOTS & (layout.XCP_SLOTS - 1) == 0  # slot = k & (OPTSW_XCP_SLOTS - 1)
 
 
 def test_control_packet_offsets_are_the_modules_header():
