@@ -47,6 +47,7 @@ from testbed.context import EMULATION_METRICS, emulation_columns, read_point_jso
 from testbed.dilation import TimeDilation
 from testbed.errors import DefinitionError
 from testbed.experiment import Definition, Param
+from testbed.families import _e5_xcp as e5_xcp
 from testbed.family import Analysis
 from testbed.flow_family import FlowFamily, FlowPoint, TrafficPlan
 from testbed.metrics import Metric
@@ -63,8 +64,9 @@ IP_PACKET = 1500
 FRAME = IP_PACKET + 14
 #: the core architectures E5 compares (``ib``: the voq qdisc, docs/ib-holding.md)
 ARCHS = ("ob", "ib", "sb", "wcsb")
-#: sender behaviours: none (the ``cca`` profile) or tcp (paced Reno)
-PACINGS = ("none", "tcp")
+#: sender behaviours: none (the ``cca`` profile), tcp (paced Reno), xcp / xcp-ack (XCP
+#: edge pacing with ACKs in the pair's data macroflow / in their own: testbed/families/_e5_xcp.py)
+PACINGS = ("none", "tcp", "xcp", "xcp-ack")
 #: the congestion-control profiles a standard sender may run (paper: Reno)
 CCAS = ("reno", "sack", "cubic")
 TOPOLOGIES = ("nsfnet",)
@@ -79,8 +81,9 @@ def core_spec(values: dict[str, Any]) -> str:
 
 def edge_spec(values: dict[str, Any]) -> str:
     """The edge nodes' architecture: a store-and-forward FIFO holding at most
-    ``edge_buffer`` (paper ns)."""
-    return f"fifo:{round(values['edge_buffer'].si * 1e9)}"
+    ``edge_buffer`` (paper ns); with XCP pacing the xcppace pacer with that wait bound."""
+    kind = "xcp-edge" if e5_xcp.is_xcp(values["pacing"]) else "fifo"
+    return f"{kind}:{round(values['edge_buffer'].si * 1e9)}"
 
 
 def profile_name(values: dict[str, Any]) -> str:
@@ -110,8 +113,14 @@ class E5OpticalRam(FlowFamily):
               "per node)", choices=ARCHS),
         Param("buffer", Dim.SIZE, "15 kB", "B, optical RAM per link in IP datagram bytes (paper: below 1 MSS to "
               "1 MB; 1500 B = one full packet)", lo=0, hi=1e9),
-        Param("pacing", "choice", "none", "senders: none (standard TCP) or tcp (paced Reno: each window over an "
-              "RTT; needs cca = reno)", choices=PACINGS),
+        Param("pacing", "choice", "none", "senders: none (standard TCP), tcp (paced Reno: each window over an "
+              "RTT; needs cca = reno), xcp (XCP edge pacing, ACKs in the pair's data macroflow) or xcp-ack (ACKs in "
+              "a macroflow of their own); XCP needs routing = pair", choices=PACINGS),
+        Param("xcp_alpha", "float", 0.4, "XCP efficiency controller alpha (paper: 0.4)", lo=0, lo_open=True, hi=10),
+        Param("xcp_beta", "float", 0.226, "XCP efficiency controller beta (paper: 0.226; with alpha within "
+              "Katabi's stability condition)", lo=0, hi=10),
+        Param("xcp_gamma", "float", 0.1, "XCP shuffled fraction gamma (paper: 0.1)", lo=0, hi=1),
+        Param("xcp_interval", Dim.TIME, "50 ms", "XCP control interval d (paper: 50 ms)", lo=0, lo_open=True, hi=10),
         Param("routing", "choice", "flow", "paths among equal minimum-hop ones: flow (one per flow, by a hash of "
               "its addresses and ports) or pair (one per destination, the lowest port: the paper's static route per "
               "pair; XCP needs it)", choices=ROUTINGS),
@@ -149,6 +158,16 @@ class E5OpticalRam(FlowFamily):
                "tracks (then an upper bound: not exact; docs/e5.md)"),
         Metric("core_late", "count", "ib only: arrivals the voq qdisc saw after it had decided their instant "
                "(lateness beyond its lookahead: decisions not exact; docs/ib-holding.md); 0 otherwise"),
+        Metric("xcp_exact", "1", "XCP points: 1 when every XCP lateness counter below is 0 (the loop equals the "
+               "one on the intended timeline; docs/xcp-edge.md, (d)), else 0; NaN without XCP"),
+        Metric("xcp_intervals", "count", "XCP control intervals the agent decided"),
+        Metric("xcp_acc_late", "count", "accumulator slots (core outputs and pacer rings) that changed after the agent "
+               "had read them (a packet decided later than the agent's margin)"),
+        Metric("xcp_acc_lost", "count", "accumulator slots overwritten before the agent read them"),
+        Metric("xcp_late_rates", "count", "rate changes that reached a pacer after their instant (agent and pacers)"),
+        Metric("xcp_pacer_late", "count", "packets that reached a pacer after their instant was decided"),
+        Metric("xcp_decision_lag_p99_s", "s", "p99 of how late the agent decided an interval (paper s)"),
+        Metric("xcp_rate_changes", "count", "rate changes the agent sent to the pacers"),
         Metric("window_start_late_s", "s", "how late the counters were read at the window's start (paper s)"),
         Metric("link_rate_bps", "bit/s", "every link's rate as emulated (rate / scale), paper units"),
         *SUMMARY_METRICS,
@@ -180,6 +199,11 @@ class E5OpticalRam(FlowFamily):
             if v["pacing"] == "tcp" and v["cca"] != "reno":
                 raise DefinitionError("params.cca", v["cca"], "reno with pacing = tcp (paced Reno is the paced "
                                       "sender; set pacing = none for another profile)", defn.source)
+            if e5_xcp.is_xcp(v["pacing"]):
+                if v["routing"] != "pair":
+                    raise DefinitionError("params.routing", v["routing"], f"pair with pacing = {v['pacing']} (XCP's "
+                                          "probes follow one static route per pair)", defn.source)
+                e5_xcp.parameters(v, defn.source)
             if v["window"].si >= v["duration"].si:
                 raise DefinitionError("params.window", str(v["window"]),
                                       f"a time below the duration ({v['duration']})", defn.source)
@@ -230,6 +254,8 @@ class E5OpticalRam(FlowFamily):
         edge = architectures.REGISTRY.parse(edge_spec(fp.values), role="edge", key="params.edge_buffer")
         fabric.reconfigure(fabric.by_role({"core": core, "edge": edge}))
         fabric.set_routing(flow_hash=fp.values["routing"] == "flow", single=fp.values["routing"] == "pair")
+        if not e5_xcp.is_xcp(fp.values["pacing"]):
+            e5_xcp.disable(fabric)
         for h in fp.emu.hosts():
             h.sysctl("net.ipv4.tcp_timestamps", 0)
 
@@ -262,7 +288,9 @@ class E5OpticalRam(FlowFamily):
     @contextlib.contextmanager
     def control(cls, fp: FlowPoint) -> Iterator[None]:
         """The core and edge counters at the window's start (a timeline action) and at
-        the end; the hosts' TCP loss detections around the traffic."""
+        the end; the hosts' TCP loss detections around the traffic; with XCP pacing
+        the agent (controllers/xcp_agent_process.py) from before the traffic to after
+        it, its records in the point's folder."""
         from testbed.cc import lossdetect
 
         start = fp.values["duration"].si - fp.values["window"].si
@@ -271,10 +299,21 @@ class E5OpticalRam(FlowFamily):
             fp.measured["window_start"] = _fabric_totals(fp)
 
         fp.timeline.at(start, "core counters at the window's start", snapshot)
-        tcp0 = lossdetect.snapshot([h.netns for h in fp.hosts])
-        yield
+        agent = None
+        if e5_xcp.is_xcp(fp.values["pacing"]):
+            from controllers.xcp_agent_process import XcpAgentProcess
+
+            cfg = e5_xcp.start(fp.emu.optical, fp.values, fp.ctx.tdf)
+            agent = XcpAgentProcess(fp.ctx.ledger, cfg, fp.ctx.dir)
+            fp.ctx.progress(f"XCP: {len(cfg.macroflows)} macroflows, {sum(len(c.outputs) for c in cfg.cores)} "
+                            f"controlled core outputs, d = {cfg.interval_s * 1e3:g} ms (paper)")
+        with agent if agent is not None else contextlib.nullcontext():
+            tcp0 = lossdetect.snapshot([h.netns for h in fp.hosts])
+            yield
+            tcp1 = lossdetect.snapshot([h.netns for h in fp.hosts])
+        fp.measured["xcp"] = agent.summary() if agent is not None else None
         fp.measured["end"] = _fabric_totals(fp)
-        fp.measured["tcp"] = lossdetect.between(tcp0, lossdetect.snapshot([h.netns for h in fp.hosts]))
+        fp.measured["tcp"] = lossdetect.between(tcp0, tcp1)
 
     @classmethod
     def summarise(cls, fp: FlowPoint, result: "TrafficResult") -> dict[str, Any]:
@@ -373,6 +412,7 @@ def summarise(fp: FlowPoint, result: "TrafficResult") -> dict[str, Any]:
         "edge_drops": t_end["edge_dropped"],
         "occ_overflow": t_end["occ_overflow"],
         "core_late": t_end.get("core_late", 0),
+        **e5_xcp.columns(fp.measured.get("xcp"), D),
         "window_start_late_s": late,
         "link_rate_bps": scaled_rate_bps(v),
         **tcp.summary_columns(),

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from testbed.errors import DefinitionError
-from testbed.optical import hostnic, model, obsburst, voq
+from testbed.optical import hostnic, layout, model, obsburst, voq, xcppace
 from testbed.optical.burst import ClassParams
 from testbed.optical.layout import ARCH_CFG_BYTES, MAX_NE, PortConfig
 from testbed.optical.mechanisms import EDT, EDT_FQ, Mechanism, NodeContext, Realisation, holding
@@ -480,6 +480,44 @@ FIFO = Architecture(
 # E5's edge nodes when XCP paces macroflows (Alparslan, Arakawa, Murata, II-A, III-A;
 # docs/xcp-edge.md, "(a) The edge pacer")
 
+#: the control interval the xcppace qdiscs count in until a point gives its own (paper s;
+#: the E5 paper's d)
+XCP_DEFAULT_INTERVAL_S = 0.05
+
+
+def xcp_edge_options(context: NodeContext, values: Mapping[str, int], key: str) -> xcppace.XcpPaceOptions:
+    """xcp-edge's xcppace configuration on a node described by ``context``, before a
+    point gives it macroflows: the uplink (the one port towards a switch: its emulation
+    rate and propagation), the wait bound ``max_wait_ns`` x D, the lookahead M_p =
+    the switch option ``lookahead_ns`` (default :data:`voq.DEFAULT_LOOKAHEAD_NS`) below
+    the uplink's propagation, one unused class (every packet is dropped as unmodelled
+    until the E5 family installs the point's classes, rates and epoch:
+    ``OpticalFabric.set_node_options``). Raises DefinitionError naming ``key`` when the
+    node has not exactly one port towards a switch, ``key.lookahead_ns`` when M does not
+    fit below the uplink's propagation, ``key.max_wait_ns`` when the dilated bound leaves
+    the qdisc's range."""
+    up = [i for i, host in enumerate(context.peer_host) if not host]
+    if len(up) != 1 or context.prop_ns is None:
+        raise DefinitionError(key, context.peer_host, "an xcp-edge node with exactly one port towards a switch "
+                                                      "(its uplink) and known link propagation")
+    i = up[0]
+    prop = context.prop_ns[i]
+    m = voq.DEFAULT_LOOKAHEAD_NS if context.lookahead_ns is None else context.lookahead_ns
+    if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m < prop:
+        raise DefinitionError(f"{key}.lookahead_ns", m, f"a lookahead M_p in emulation ns, an integer 1..{prop - 1}, "
+                              f"below the uplink's propagation ({prop} ns), so that a packet decided M_p late still "
+                              "leaves at its stamp (docs/xcp-edge.md)")
+    try:
+        return xcppace.XcpPaceOptions(
+            nclasses=1, ps_per_byte=layout.ps_per_byte(context.rates_bps[i]), prop_ns=prop,
+            max_wait_ns=round(values["max_wait_ns"] * context.tdf), lookahead_ns=m, epoch_ns=0,
+            interval_ns=round(XCP_DEFAULT_INTERVAL_S * 1e9 * context.tdf), rates_bps=(0,))
+    except ValueError as exc:
+        raise DefinitionError(f"{key}.max_wait_ns", values["max_wait_ns"],
+                              f"a wait bound, link and propagation the xcppace qdisc can hold at D = "
+                              f"{context.tdf:g} ({exc})") from None
+
+
 XCP_EDGE = Architecture(
     "xcp-edge", 11, "xcp_edge", "XCP edge: packets towards the core held by the xcppace qdisc, which paces each "
     "macroflow class (the destination's egress edge; its pure ACKs apart when ACK macroflows are separate) with a "
@@ -488,7 +526,7 @@ XCP_EDGE = Architecture(
     reference=None, oracle="testbed.xcpsim",
     params=(ArchParam("max_wait_ns", "longest wait in the buffer, paper ns; x D at most fq's 3600 s horizon", 0,
                       FQ_HORIZON_NS, ctype="u64", duration=True, emulation_hi=FQ_HORIZON_NS),),
-    roles=("edge",), realisation=holding("the xcppace qdisc (kernel/sch_xcppace.c, being built)"))
+    roles=("edge",), realisation=xcppace.XCPPACE_HOLDING, mechanism_options=xcp_edge_options)
 
 #: every architecture; the BPF dispatch is generated from this list (archgen.py)
 REGISTRY = Registry([NIC, ELECTRONIC, FIFO, XCP_EDGE, ALL_OPTICAL, HYBRID, OBS_EDGE, OBS_CORE, OB, IB, SB, WCSB])

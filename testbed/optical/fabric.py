@@ -327,6 +327,20 @@ class OpticalFabric:
         self._write_configs()
         maps.reset_monitor(self.pin_dir)
 
+    def set_node_options(self, name: str, options: object) -> None:
+        """Install node ``name``'s holding mechanism anew with ``options`` instead of its
+        architecture's (options that depend on the point, not the node: the XCP pacers'
+        classes, rates and epoch). Its counters start again; the next
+        :meth:`reconfigure` installs the architecture's options. Raises DefinitionError
+        for a node not in the fabric or whose architecture holds no packets."""
+        np = self.nodes.get(name)
+        if np is None:
+            raise DefinitionError("node", name, "a node of the optical fabric: " + ", ".join(self.nodes))
+        if np.mechanism is None or not any(np.holds):
+            raise DefinitionError(f"{name}.arch", np.assignment.spec, "an architecture whose mechanism holds packets")
+        np.mechanism.reset(np.netns, np.devs, options, self.emu.ledger, np.context)
+        np.options = options
+
     def reconfigure_switches(self, assignment: Assignment) -> None:
         """:meth:`reconfigure` with every switch given ``assignment``."""
         self.reconfigure({name: assignment for name in self.switches})

@@ -412,6 +412,16 @@ class XcpPaceQdisc(Mechanism):
             if held:
                 install(dev, netns, self._options(dev, options))
 
+    def port_counters(self, netns: str | None, devs: Sequence[str],
+                      context: NodeContext | None) -> dict[str, dict[str, int]]:
+        """Per paced port the pacer's drops (the wait bound at admission, packets of an
+        unused class, the packet limit) as the port's ``dropped``, and its exactness counters
+        (``pacer_late``: arrivals after their instant was decided; ``pacer_late_rates``:
+        rate changes applied after their instant; ``pacer_decided_after_stamp``)."""
+        return {dev: {"dropped": st.drops + st.unmodelled + st.overlimit, "pacer_late": st.late,
+                      "pacer_late_rates": st.late_rates, "pacer_decided_after_stamp": st.decided_after_stamp}
+                for dev, st in self.read(netns, devs, context).items()}
+
     def read(self, netns: str | None, devs: Sequence[str], context: NodeContext | None) -> dict[str, XcpPaceState]:
         """{device: :func:`read` of its xcppace qdisc} for the paced ports."""
         return {dev: read(dev, netns) for dev, held in zip(devs, self.holds(devs, context)) if held}

@@ -12,6 +12,7 @@ import pytest
 
 from analysis import e5, findings
 from analysis.e5_findings import XCP_NOT_RUN, buffer_bytes, evaluate, reach
+from testbed.families._e5_xcp import COLUMNS as XCP_COLUMNS
 
 TIGHT = (0.99, 1.0, 1.01)  # three repetitions: the mean times these
 #: a log grid of B (bytes): 1, 2, 4, 10, 20, 40, 100, 200 MSS
@@ -33,6 +34,8 @@ def run_rows(arch: str, pacing: str, b: float, goodput: float, *, reps=TIGHT, dr
     for rep, f in enumerate(reps):
         out.append({"point": "", "rep": rep, "seed": rep, "topology": "nsfnet", "arch": arch, "buffer": size(b),
                     "pacing": pacing, "routing": "flow", "cca": "reno", "flows": 1586, "scale": scale,
+                    "xcp_alpha": 0.4, "xcp_beta": 0.226, "xcp_gamma": 0.1, "xcp_interval": "50 ms",
+                    **{c: float("nan") for c in XCP_COLUMNS},
                     "rate": "1 Gbit/s",
                     "duration": "10 s", "window": "2 s", "cwnd_limit": 20, "edge_buffer": "250 ms", "bin": "500 ms",
                     "goodput_per_flow_Bps": goodput * f, "goodput_per_flow_median_Bps": goodput * f * 0.9,

@@ -1,0 +1,116 @@
+"""(helper of ``e5-optram``, not a family) XCP edge pacing in ``e5-optram`` (pacing ``xcp`` and ``xcp-ack``; docs/xcp-edge.md):
+the point's XCP parameters, its plan of the fabric, the pacers' classes, rates and
+epoch, the BPF accumulators and class map, the agent's configuration, and the summary
+columns of its records.
+
+Order within a point (``E5OpticalRam.control``): :func:`start` (plan, pacers
+re-installed with the point's classes and the epoch E, BPF configuration, agent
+configuration) before the agent process starts, which is before the traffic; E lies
+:data:`EPOCH_LEAD_S` (emulation) after :func:`start`, so every packet of the traffic
+falls in an interval k >= 0. Other pacings call :func:`disable`, which switches the
+accumulators off (the fabric is shared between points).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from testbed.errors import DefinitionError
+from testbed.xcp import XcpParameterError, XcpParameters
+
+#: the XCP variants (analysis/e5_findings.py names them): ACKs in the data macroflow of
+#: their pair, or in a macroflow of their own
+VARIANTS = {"xcp": False, "xcp-ack": True}
+#: emulation s between the configuration and the epoch E (the agent process starts in it)
+EPOCH_LEAD_S = 2.0
+
+
+def is_xcp(pacing: str) -> bool:
+    """Whether ``pacing`` is an XCP variant."""
+    return pacing in VARIANTS
+
+
+def parameters(values: Mapping[str, Any], source: object = None) -> XcpParameters:
+    """The point's XCP parameters (``xcp_alpha``, ``xcp_beta``, ``xcp_gamma``,
+    ``xcp_interval``; TU 1). Raises DefinitionError naming ``params.xcp_<name>``, the
+    value and the accepted range (alpha and beta: Katabi's stability condition, which
+    the paper's 0.4 / 0.226 meet)."""
+    names = {"alpha": "xcp_alpha", "beta": "xcp_beta", "gamma": "xcp_gamma", "interval_s": "xcp_interval"}
+    try:
+        return XcpParameters(alpha=float(values["xcp_alpha"]), beta=float(values["xcp_beta"]),
+                             gamma=float(values["xcp_gamma"]), interval_s=float(values["xcp_interval"].si))
+    except XcpParameterError as exc:
+        key = names.get(exc.parameter, "xcp_beta")
+        raise DefinitionError(f"params.{key}", values[key] if key != "xcp_interval" else str(values[key]),
+                              f"{exc.accepted} (XCP {exc.parameter})", source) from None
+
+
+def disable(fabric: Any) -> None:
+    """Accumulators off and reset on every node (a point without XCP)."""
+    from testbed.optical import layout, maps
+
+    maps.configure_xcp(fabric.pin_dir, {np.node_id: layout.XcpConfig() for np in fabric.nodes.values()})
+
+
+def start(fabric: Any, values: Mapping[str, Any], tdf: float, *, epoch_lead_s: float = EPOCH_LEAD_S) -> Any:
+    """Configure XCP for one point on ``fabric`` (the pacers' classes and initial rates,
+    the epoch, the accumulators, the class map) and return the agent's configuration
+    (``controllers.xcp_agent.AgentConfig``). Needs ``routing = pair`` (checked by the
+    family). Raises XcpPlanError when the fabric has no shape XCP can act on."""
+    from controllers.xcp_agent import config_from_plan
+    from testbed.optical import layout, maps
+    from testbed.optical.xcpplan import plan as make_plan
+    from testbed.optical.xcpplan import single_routes
+
+    params = parameters(values)
+    separate = VARIANTS[values["pacing"]]
+    plan = make_plan(fabric.shapes(), fabric.host_ips(), single_routes(fabric.routes()), tdf, separate_acks=separate)
+    interval_ns = round(params.interval_s * tdf * 1e9)
+    epoch = time.clock_gettime_ns(time.CLOCK_MONOTONIC) + round(epoch_lead_s * 1e9)
+    cfg = config_from_plan(plan, epoch_ns=epoch, tdf=tdf, xcp=params, interval_s=params.interval_s,
+                           pin_dir=str(fabric.pin_dir))
+    initial = {m.name: m.initial_rate_bps for m in cfg.macroflows}
+    for e in plan.edges:
+        np = fabric.nodes[e.name]
+        rates = [0] * plan.nclasses
+        for m in plan.macroflows:
+            if m.src == e.name:
+                rates[m.cls] = max(1, round(initial[m.name] / tdf))
+        opts = dataclasses.replace(np.options, nclasses=plan.nclasses, epoch_ns=epoch, interval_ns=interval_ns,
+                                   rates_bps=tuple(rates))
+        fabric.set_node_options(e.name, opts)
+    maps.configure_xcp(fabric.pin_dir, {
+        np.node_id: layout.XcpConfig(enabled=np.role == "core", epoch_ns=epoch, interval_ns=interval_ns,
+                                     acks_separate=separate and np.role == "edge")
+        for np in fabric.nodes.values()})
+    maps.set_xcp_classes(fabric.pin_dir, dict(plan.class_map))
+    return cfg
+
+
+#: summary columns of an XCP point (NaN for the other pacings)
+COLUMNS = ("xcp_exact", "xcp_intervals", "xcp_acc_late", "xcp_acc_lost", "xcp_late_rates", "xcp_pacer_late",
+           "xcp_decision_lag_p99_s", "xcp_rate_changes")
+
+
+def columns(summary: Mapping[str, Any] | None, tdf: float) -> dict[str, float]:
+    """The summary columns from the agent's ``xcp.json`` (None: not an XCP point, all
+    NaN): exact (1/0), intervals decided, accumulator slots read late or lost (core
+    and pacer rings), rate changes applied after their instant (agent and pacers),
+    pacer arrivals after their instant was decided, the p99 decision lag (paper s) and
+    the rate changes sent."""
+    nan = float("nan")
+    if summary is None:
+        return {c: nan for c in COLUMNS}
+    pacers = list((summary.get("pacers") or {}).values())
+    lag = (summary.get("decision_lag_ns") or {}).get("p99")
+    return {"xcp_exact": float(bool(summary["exact"])),
+            "xcp_intervals": float(summary["intervals"]),
+            "xcp_acc_late": float(summary["acc_late"] + summary["pacer_acc_late"]),
+            "xcp_acc_lost": float(summary["acc_lost"] + summary["pacer_acc_lost"]),
+            "xcp_late_rates": float(summary["late_rates"] + sum(p.get("late_rates", 0) for p in pacers)),
+            "xcp_pacer_late": float(sum(p.get("late", 0) for p in pacers)),
+            "xcp_decision_lag_p99_s": lag / 1e9 / tdf if isinstance(lag, (int, float)) else nan,
+            "xcp_rate_changes": float(summary["rate_changes"])}
