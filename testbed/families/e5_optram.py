@@ -303,7 +303,7 @@ class E5OpticalRam(FlowFamily):
         if e5_xcp.is_xcp(fp.values["pacing"]):
             from controllers.xcp_agent_process import XcpAgentProcess
 
-            cfg = e5_xcp.start(fp.emu.optical, fp.values, fp.ctx.tdf)
+            cfg = e5_xcp.start(fp.emu.optical, fp.values, fp.ctx.tdf.factor)
             agent = XcpAgentProcess(fp.ctx.ledger, cfg, fp.ctx.dir)
             fp.ctx.progress(f"XCP: {len(cfg.macroflows)} macroflows, {sum(len(c.outputs) for c in cfg.cores)} "
                             f"controlled core outputs, d = {cfg.interval_s * 1e3:g} ms (paper)")
@@ -412,7 +412,7 @@ def summarise(fp: FlowPoint, result: "TrafficResult") -> dict[str, Any]:
         "edge_drops": t_end["edge_dropped"],
         "occ_overflow": t_end["occ_overflow"],
         "core_late": t_end.get("core_late", 0),
-        **e5_xcp.columns(fp.measured.get("xcp"), D),
+        **e5_xcp.columns(fp.measured.get("xcp"), D.factor),
         "window_start_late_s": late,
         "link_rate_bps": scaled_rate_bps(v),
         **tcp.summary_columns(),
