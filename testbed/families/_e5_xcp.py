@@ -5,9 +5,11 @@ columns of its records.
 
 Order within a point (``E5OpticalRam.control``): :func:`start` (plan, pacers
 re-installed with the point's classes and the epoch E, BPF configuration, agent
-configuration) before the agent process starts, which is before the traffic; E lies
-:data:`EPOCH_LEAD_S` (emulation) after :func:`start`, so every packet of the traffic
-falls in an interval k >= 0. Other pacings call :func:`disable`, which switches the
+configuration), then the agent process, then :func:`wait_for_epoch`, then the traffic:
+E lies :data:`EPOCH_LEAD_S` (emulation) after :func:`start`, long enough for the agent
+to start in the guest (~9 s measured), so the agent is running at E and every packet of
+the traffic falls in an interval k >= 0 (the wait is idle time, which the guest's
+virtual clock skips). Other pacings call :func:`disable`, which switches the
 accumulators off (the fabric is shared between points).
 """
 
@@ -24,8 +26,13 @@ from testbed.xcp import XcpParameterError, XcpParameters
 #: the XCP variants (analysis/e5_findings.py names them): ACKs in the data macroflow of
 #: their pair, or in a macroflow of their own
 VARIANTS = {"xcp": False, "xcp-ack": True}
-#: emulation s between the configuration and the epoch E (the agent process starts in it)
-EPOCH_LEAD_S = 2.0
+#: emulation s between the configuration and the epoch E (the agent process starts in it:
+#: ~9 s of emulation in the guest, measured 2026-11-24)
+EPOCH_LEAD_S = 20.0
+#: the agent's margin M_x (emulation ns): it reads interval k at E + (k+1) d_e + M_x. Above
+#: the pacers' lookahead M_p (1 ms) plus their timer lag: with M_x = M_p the guest run of
+#: 2026-11-24 found 5 pacer slots changed after the read (``pacer_acc_late``)
+AGENT_MARGIN_NS = 5_000_000
 
 
 def is_xcp(pacing: str) -> bool:
@@ -71,6 +78,7 @@ def start(fabric: Any, values: Mapping[str, Any], tdf: float, *, epoch_lead_s: f
     interval_ns = round(params.interval_s * tdf * 1e9)
     epoch = time.clock_gettime_ns(time.CLOCK_MONOTONIC) + round(epoch_lead_s * 1e9)
     cfg = config_from_plan(plan, epoch_ns=epoch, tdf=tdf, xcp=params, interval_s=params.interval_s,
+                           rate_delay_s=float(values["xcp_rate_delay"].si), margin_ns=AGENT_MARGIN_NS,
                            pin_dir=str(fabric.pin_dir))
     initial = {m.name: m.initial_rate_bps for m in cfg.macroflows}
     for e in plan.edges:
@@ -88,6 +96,16 @@ def start(fabric: Any, values: Mapping[str, Any], tdf: float, *, epoch_lead_s: f
         for np in fabric.nodes.values()})
     maps.set_xcp_classes(fabric.pin_dir, dict(plan.class_map))
     return cfg
+
+
+def wait_for_epoch(epoch_ns: int) -> float:
+    """Sleep until CLOCK_MONOTONIC reaches ``epoch_ns``; returns how late the call
+    came (emulation s; 0 when it came before E)."""
+    now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    if now < epoch_ns:
+        time.sleep((epoch_ns - now) / 1e9)
+        return 0.0
+    return (now - epoch_ns) / 1e9
 
 
 #: summary columns of an XCP point (NaN for the other pacings)

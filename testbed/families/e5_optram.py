@@ -121,6 +121,8 @@ class E5OpticalRam(FlowFamily):
               "Katabi's stability condition)", lo=0, hi=10),
         Param("xcp_gamma", "float", 0.1, "XCP shuffled fraction gamma (paper: 0.1)", lo=0, hi=1),
         Param("xcp_interval", Dim.TIME, "50 ms", "XCP control interval d (paper: 50 ms)", lo=0, lo_open=True, hi=10),
+        Param("xcp_rate_delay", Dim.TIME, "2 ms", "XCP: from a probe's return to the ingress edge's rate change "
+              "(not in the paper; covers the agent's decision lag in the guest, docs/xcp-edge.md)", lo=0, hi=1),
         Param("routing", "choice", "flow", "paths among equal minimum-hop ones: flow (one per flow, by a hash of "
               "its addresses and ports) or pair (one per destination, the lowest port: the paper's static route per "
               "pair; XCP needs it)", choices=ROUTINGS),
@@ -308,6 +310,8 @@ class E5OpticalRam(FlowFamily):
             fp.ctx.progress(f"XCP: {len(cfg.macroflows)} macroflows, {sum(len(c.outputs) for c in cfg.cores)} "
                             f"controlled core outputs, d = {cfg.interval_s * 1e3:g} ms (paper)")
         with agent if agent is not None else contextlib.nullcontext():
+            if agent is not None:
+                fp.measured["xcp_epoch_late_s"] = e5_xcp.wait_for_epoch(cfg.epoch_ns)
             tcp0 = lossdetect.snapshot([h.netns for h in fp.hosts])
             yield
             tcp1 = lossdetect.snapshot([h.netns for h in fp.hosts])
@@ -393,6 +397,7 @@ def summarise(fp: FlowPoint, result: "TrafficResult") -> dict[str, Any]:
     run_core = _core_packets(t_end)
     tcp = fp.measured["tcp"]
     ctx.write_json("e5.json", {"window_start": t_start, "end": t_end, "tcp": tcp.as_dict(),
+                               "xcp_epoch_late_s": fp.measured.get("xcp_epoch_late_s"),
                                "window_start_action": ran,
                                "note": "counter sums over the core / edge nodes' ports (cut, buffered, dropped), "
                                        "read by a timeline action at the window's start and after the traffic"})

@@ -35,6 +35,7 @@ def run_rows(arch: str, pacing: str, b: float, goodput: float, *, reps=TIGHT, dr
         out.append({"point": "", "rep": rep, "seed": rep, "topology": "nsfnet", "arch": arch, "buffer": size(b),
                     "pacing": pacing, "routing": "flow", "cca": "reno", "flows": 1586, "scale": scale,
                     "xcp_alpha": 0.4, "xcp_beta": 0.226, "xcp_gamma": 0.1, "xcp_interval": "50 ms",
+                    "xcp_rate_delay": "2 ms",
                     **{c: float("nan") for c in XCP_COLUMNS},
                     "rate": "1 Gbit/s",
                     "duration": "10 s", "window": "2 s", "cwnd_limit": 20, "edge_buffer": "250 ms", "bin": "500 ms",

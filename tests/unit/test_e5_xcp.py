@@ -15,6 +15,7 @@ from testbed.units import Dim, Quantity
 
 def values(**kw: object) -> dict[str, object]:
     v = {"xcp_alpha": 0.4, "xcp_beta": 0.226, "xcp_gamma": 0.1, "xcp_interval": Quantity.parse("50 ms", Dim.TIME),
+         "xcp_rate_delay": Quantity.parse("2 ms", Dim.TIME),
          "pacing": "xcp", "edge_buffer": Quantity.parse("250 ms", Dim.TIME)}
     v.update(kw)
     return v
