@@ -74,6 +74,8 @@ KINDS = ("data", "ack")
 MAX_NODE_ID = 511          # OPTSW_MAX_NODES - 1
 MAX_PORT = 63              # OPTSW_MAX_PORTS - 1
 MAX_CLASS = 63             # the pacer's nclasses <= 64
+#: slots found changed after they were read that xcp.json lists (the counters count all)
+LATE_SLOTS_KEPT = 100
 #: the decision every output answers with before its first one (Phi = h = 0: feedback 0)
 NO_DECISION = xcp.ControlDecision(0.0, 0.0, 1, 0.0)
 
@@ -682,6 +684,7 @@ class XcpAgent:
         self.counters = {"acc_late": 0, "acc_lost": 0, "pacer_acc_late": 0, "pacer_acc_lost": 0, "late_rates": 0,
                          "probes_sent": 0, "probes_returned": 0, "rate_changes": 0}
         self.max_rate_late_ns = 0
+        self.late_slots: list[dict[str, Any]] = []
         self.rate_rows: list[dict[str, Any]] = []
         self.link_rows: list[dict[str, Any]] = []
         self.steps: list[dict[str, Any]] = []
@@ -750,6 +753,15 @@ class XcpAgent:
         return k
 
     # -- reading and deciding ---------------------------------------------------------------------
+    def _late_slot(self, kind: str, where: str, interval: int, read_at: int, before: tuple, after: tuple) -> None:
+        """Record (the first LATE_SLOTS_KEPT) slot that changed after it was read: which
+        ring, interval, the interval being read when the change was seen, and the values
+        before and after (for xcp.json's ``late_slots``)."""
+        if len(self.late_slots) < LATE_SLOTS_KEPT:
+            self.late_slots.append({"kind": kind, "where": where, "interval": interval, "seen_at_interval": read_at,
+                                    "before": list(before), "after": list(after),
+                                    "real_ns": self.dp.now_ns()})
+
     def _read_and_decide(self, k: int) -> None:
         d = self.params.interval_s
         D = self.cfg.tdf
@@ -764,6 +776,7 @@ class XcpAgent:
                         now = (s.bytes, s.packets, s.drops, _none(s.qmin_ns))
                         if now != seen[j]:
                             self.counters["acc_late"] += 1
+                            self._late_slot("core", f"{c.name}:{port}", j, k, seen[j], now)
                             seen[j] = now
                 s = slots[k % RING]
                 j = _none(s.interval)
@@ -788,6 +801,7 @@ class XcpAgent:
                              tuple(iv.class_bytes))
                     if now_p != seen_p[j]:
                         self.counters["pacer_acc_late"] += 1
+                        self._late_slot("pacer", e.name, j, k, seen_p[j], now_p)
                         seen_p[j] = now_p
             iv = ring.get(k)
             if iv is None:
@@ -963,5 +977,6 @@ class XcpAgent:
             "activated": dict(self.activated),
             "pacers": {k: dict(v) for k, v in (pacer_counters or {}).items()},
             "exact": exact,
+            "late_slots": list(self.late_slots),
             "steps": list(self.steps),
         }

@@ -28,7 +28,7 @@ from testbed.optical import layout
 ACC_MAP = Path("maps") / "optsw_xcp_acc"
 #: the pacer counters copied into xcp.json (docs/xcp-edge.md, "(d)")
 PACER_COUNTERS = ("late", "late_rates", "max_rate_late_ns", "decided_after_stamp", "unmodelled",
-                  "max_enqueue_late_ns")
+                  "max_enqueue_late_ns", "max_decision_lag_ns", "last_ns")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 

@@ -389,6 +389,10 @@ def test_a_slot_that_changes_after_it_was_read_is_late():
     dp.sleep_until(agent.deadline())
     agent.step()                                # nothing new: counted once each
     assert agent.counters["acc_late"] == 2 and not agent.summary()["exact"]
+    late = agent.summary()["late_slots"]
+    assert [(x["kind"], x["where"], x["interval"], x["seen_at_interval"]) for x in late] == [
+        ("core", "c0:0", 0, 1), ("core", "c1:0", 1, 2)]
+    assert late[0]["before"][0] == 15_000 and late[0]["after"][0] == 16_500
 
 
 def test_a_slot_overwritten_before_it_was_read_is_lost():
