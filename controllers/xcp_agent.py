@@ -772,7 +772,7 @@ class XcpAgent:
                 seen = self._seen_core[(c.name, port)]
                 for s in slots:
                     j = _none(s.interval)
-                    if j is not None and j < k and j in seen:
+                    if j is not None and k + 1 - RING < j < k and j in seen:
                         now = (s.bytes, s.packets, s.drops, _none(s.qmin_ns))
                         if now != seen[j]:
                             self.counters["acc_late"] += 1
@@ -796,7 +796,9 @@ class XcpAgent:
             ring = self.dp.read_pacer(e.name)
             seen_p = self._seen_pacer[e.name]
             for j, iv in ring.items():
-                if j < k and j in seen_p:
+                # interval k is read after k + 1 began: the slots of k + 1 - RING and older
+                # may hold k + 1 already (a class's ring and the port's are reused apart)
+                if k + 1 - RING < j < k and j in seen_p:
                     now_p = (getattr(iv, "offered_bytes", iv.bytes), getattr(iv, "offered_packets", iv.packets),
                              tuple(iv.class_bytes))
                     if now_p != seen_p[j]:

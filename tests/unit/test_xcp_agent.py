@@ -690,3 +690,26 @@ def test_the_control_process_writes_the_config_and_runs_the_module_from_the_chec
                       str(tmp_path.resolve())]
     assert (p.cwd / "controllers" / "xcp_agent_process.py").exists() and not (tmp_path / "xcp.json").exists()
     assert p.grace_s >= 10
+
+
+def test_a_pacer_slot_reused_by_the_next_interval_is_not_late():
+    """Interval k is read after k + 1 began: a class's ring slot of k - 3 may already hold
+    k + 1 (the guest run of 2026-11-24 counted 8 such slots as late); a change to k - 1
+    after its read is still late."""
+    cfg, dp, agent = scripted_chain()
+    for k in range(4):
+        dp.pacer["i0"][k] = PacerIv(15_000, 10, None, (15_000,), (10,))
+        dp.sleep_until(agent.deadline())
+        assert agent.step() == k
+    # k + 1 = 4 has begun while 3 is read next: slot 0 reused, interval 0 gone from the ring
+    del dp.pacer["i0"][0]
+    dp.pacer["i0"][1] = PacerIv(15_000, 10, None, (0,), (0,))   # the class's slot of 1 reused by 5
+    dp.pacer["i0"][4] = PacerIv(15_000, 10, None, (15_000,), (10,))
+    dp.sleep_until(agent.deadline())
+    assert agent.step() == 4
+    assert agent.counters["pacer_acc_late"] == 0
+    dp.pacer["i0"][3] = PacerIv(16_500, 11, None, (16_500,), (11,))  # interval 3 changed after its read
+    dp.sleep_until(agent.deadline())
+    agent.step()
+    assert agent.counters["pacer_acc_late"] == 1
+    assert agent.summary()["late_slots"][0]["interval"] == 3
