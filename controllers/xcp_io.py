@@ -4,6 +4,13 @@ one node's 8 KB value per node and interval, no process started: ``testbed.bpfsy
 the edges' ``xcppace`` qdiscs read and given rate changes over netlink in their
 namespaces (``testbed.optical.xcppace``), and CLOCK_MONOTONIC.
 
+Netlink: one session (``testbed.optical.qdiscnl.Session``: a socket made inside the
+namespace once, the devices' indexes cached) per edge namespace for the life of the
+XcpIo, so a read or a rate change costs its requests only, not a thread entering the
+namespace and a fresh socket each. A namespace that does not exist when the XcpIo opens
+has none: its edges are served a thread and a socket per request, which raise
+NsOpsError naming it while it is missing.
+
 Stopping: after :meth:`XcpIo.watch_signals` SIGTERM and SIGINT are blocked and taken
 by :meth:`XcpIo.sleep_until` (``sigtimedwait``), which then returns at once and
 :meth:`XcpIo.stop_requested` is true: the agent never stops half-way through an
@@ -18,11 +25,14 @@ import signal
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from controllers.xcp_agent import AccSlotView, AgentConfig, PacerIntervalView, RateChange
 from testbed import bpfsys
 from testbed.optical import layout
+
+if TYPE_CHECKING:
+    from testbed.optical.qdiscnl import Session
 
 #: the accumulator map's pin below the optswitch pin directory
 ACC_MAP = Path("maps") / "optsw_xcp_acc"
@@ -99,6 +109,27 @@ class XcpIo(SignalClock):
                 raise XcpIoError("no BPF pin directory (config pin_dir) to read optsw_xcp_acc from")
             self.acc = bpfsys.PinnedMap(Path(pin) / ACC_MAP, layout.XCP_NODE_SIZE)
         self._keys = {n: layout.u32_key(i) for n, i in self.node_ids.items()}
+        #: {edge namespace: its netlink session} (module docstring)
+        self.sessions: dict[str | None, Session] = {}
+        try:
+            self._open_sessions()
+        except BaseException:
+            self.close()
+            raise
+
+    def _open_sessions(self) -> None:
+        """One qdiscnl.Session per edge namespace that exists (module docstring). Raises
+        xcppace.XcpPaceError when one cannot be opened, OSError without a socket."""
+        from testbed.nsops import netns_exists
+        from testbed.optical import qdiscnl, xcppace
+        for netns in dict.fromkeys(ns for _dev, ns in self.pacers.values()):
+            if netns is None or netns_exists(netns):
+                self.sessions[netns] = qdiscnl.Session(netns, error=xcppace.XcpPaceError)
+
+    def _session(self, netns: str | None) -> dict[str, Any]:
+        """The keyword arguments giving xcppace the session of ``netns`` (none without)."""
+        s = self.sessions.get(netns)
+        return {} if s is None else {"session": s}
 
     # -- counters --------------------------------------------------------------------------------------
     def read_core(self, node: str) -> dict[int, list[AccSlotView]]:
@@ -114,24 +145,29 @@ class XcpIo(SignalClock):
         """``edge``'s pacer ring {interval: counters} (testbed.optical.xcppace.read)."""
         from testbed.optical import xcppace
         dev, netns = self.pacers[edge]
-        return xcppace.read(dev, netns).intervals
+        return xcppace.read(dev, netns, **self._session(netns)).intervals
 
     def set_rates(self, edge: str, changes: list[RateChange]) -> None:
         """One netlink request with ``changes`` for ``edge``'s pacer
         (testbed.optical.xcppace.set_rates)."""
         from testbed.optical import xcppace
         dev, netns = self.pacers[edge]
-        xcppace.set_rates(dev, netns, [xcppace.RateChange(c.cls, c.rate_bps, c.effective_ns) for c in changes])
+        xcppace.set_rates(dev, netns, [xcppace.RateChange(c.cls, c.rate_bps, c.effective_ns) for c in changes],
+                          **self._session(netns))
 
     def pacer_counters(self, edge: str) -> dict[str, Any]:
         """``edge``'s pacer lateness counters (PACER_COUNTERS; a counter the state does
         not have is left out)."""
         from testbed.optical import xcppace
         dev, netns = self.pacers[edge]
-        state = xcppace.read(dev, netns)
+        state = xcppace.read(dev, netns, **self._session(netns))
         return {k: getattr(state, k) for k in PACER_COUNTERS if hasattr(state, k)}
 
     def close(self) -> None:
+        """Close the map and the netlink sessions (idempotent)."""
         if self.acc is not None:
             self.acc.close()
             self.acc = None
+        for s in self.sessions.values():
+            s.close()
+        self.sessions.clear()

@@ -24,8 +24,6 @@ bit/s, the link's rate in ps per byte, lengths in frame bytes (``qdisc_pkt_len``
 
 from __future__ import annotations
 
-import os
-import socket
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -256,14 +254,17 @@ def remove(dev: str, netns: str | None) -> None:
     qdiscnl.delete_root(dev, netns, XcpPaceError)
 
 
-def set_rates(dev: str, netns: str | None, changes: Sequence[RateChange]) -> None:
+def set_rates(dev: str, netns: str | None, changes: Sequence[RateChange],
+              session: qdiscnl.Session | None = None) -> None:
     """Send ``changes`` (class, emulation bit/s, effective instant in emulation ns) to the
     xcppace root qdisc of ``dev`` in one netlink request (``RTM_NEWQDISC`` changing the
-    qdisc with TCA_XCPPACE_RATES). Each applies at its instant; one whose instant is
-    decided already applies at the qdisc's last decided instant and is counted
-    ``late_rates``. Raises XcpPaceError (none applied) for an empty request, a class not
-    below nclasses, a rate not 1..8e12 bit/s, more than MAX_PENDING changes waiting, or
-    no xcppace qdisc on ``dev``."""
+    qdisc with TCA_XCPPACE_RATES), on ``session`` (a :class:`qdiscnl.Session` of
+    ``netns``) when given. Each applies at its instant; one whose instant is decided
+    already applies at the qdisc's last decided instant and is counted ``late_rates``.
+    Raises XcpPaceError (none applied) for an empty request, a class not below
+    nclasses, a rate not 1..8e12 bit/s, more than MAX_PENDING changes waiting, or no
+    xcppace qdisc on ``dev`` (with a session also when its namespace is gone or the
+    reply is missing or malformed)."""
     if not changes:
         raise XcpPaceError("set_rates needs at least one rate change")
     payload = (qdiscnl.attr(qdiscnl.TCA_KIND, KIND.encode() + b"\0")
@@ -273,46 +274,36 @@ def set_rates(dev: str, netns: str | None, changes: Sequence[RateChange]) -> Non
         qdiscnl.request(qdiscnl.RTM_NEWQDISC, qdiscnl.NLM_F_ACK, qdiscnl.ifindex(dev, netns, XcpPaceError),
                         payload, XcpPaceError)
     try:
-        call_in(netns, body)
+        if session is None:
+            call_in(netns, body)
+        else:
+            qdiscnl.device_request(dev, netns, qdiscnl.RTM_NEWQDISC, qdiscnl.NLM_F_ACK, payload, XcpPaceError,
+                                   session)
     except XcpPaceError as exc:
         raise XcpPaceError(f"rate changes for {KIND} on {dev} in {netns or 'the root namespace'}: {exc.args[0]}",
                            exc.errno) from None
 
 
-_NLH = struct.Struct("=IHHII")
 _TCM = struct.Struct("=BxxxiIII")
 
 
-def _class_dump(ifindex: int) -> list[bytes]:
-    """The RTM_NEWTCLASS messages of a class dump of device ``ifindex`` (in the calling
-    thread's namespace): tcm_parent 0 (every qdisc of the device), unlike
-    qdiscnl.request's TC_H_ROOT, which a class dump takes as a qdisc handle."""
-    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, socket.NETLINK_ROUTE) as s:
-        s.bind((0, 0))
-        body = _TCM.pack(socket.AF_UNSPEC, ifindex, 0, 0, 0)
-        s.send(_NLH.pack(_NLH.size + len(body), RTM_GETTCLASS, qdiscnl.NLM_F_REQUEST | qdiscnl.NLM_F_DUMP, 1, 0)
-               + body)
-        out: list[bytes] = []
-        while True:
-            data = s.recv(1 << 20)
-            off = 0
-            while off + _NLH.size <= len(data):
-                length, mtype, _flags, _seq, _pid = _NLH.unpack_from(data, off)
-                msg = data[off + _NLH.size:off + length]
-                off += (length + 3) & ~3
-                if mtype == qdiscnl.NLMSG_DONE:
-                    return out
-                if mtype == qdiscnl.NLMSG_ERROR:
-                    code = -struct.unpack_from("=i", msg)[0]
-                    raise XcpPaceError(f"class dump: {os.strerror(code)}", code)
-                if mtype == RTM_NEWTCLASS:
-                    out.append(msg)
+def _class_dump(dev: str, netns: str | None, session: qdiscnl.Session | None) -> list[bytes]:
+    """The RTM_NEWTCLASS messages of a class dump of ``dev`` (on ``session`` when given,
+    else in a thread inside ``netns``): tcm_parent 0 (every qdisc of the device), not
+    TC_H_ROOT, which a class dump takes as a qdisc handle."""
+    try:
+        replies = qdiscnl.device_request(dev, netns, RTM_GETTCLASS, qdiscnl.NLM_F_DUMP, error=XcpPaceError,
+                                         session=session, parent=0)
+    except XcpPaceError as exc:
+        raise XcpPaceError(f"class dump of {dev} in {netns or 'the root namespace'}: {exc.args[0]}",
+                           exc.errno) from None
+    return [msg for mtype, msg in replies if mtype == RTM_NEWTCLASS]
 
 
-def _classes(dev: str, netns: str | None, nclasses: int) -> tuple[ClassStats, ...]:
-    msgs = call_in(netns, lambda: _class_dump(qdiscnl.ifindex(dev, netns, XcpPaceError)))
+def _classes(dev: str, netns: str | None, nclasses: int,
+             session: qdiscnl.Session | None = None) -> tuple[ClassStats, ...]:
     got: dict[int, ClassStats] = {}
-    for msg in msgs:
+    for msg in _class_dump(dev, netns, session):
         _fam, _idx, handle, _parent, _info = _TCM.unpack_from(msg)
         a = qdiscnl.attrs(msg[_TCM.size:])
         if a.get(qdiscnl.TCA_KIND, b"").rstrip(b"\0").decode() != KIND:
@@ -325,14 +316,17 @@ def _classes(dev: str, netns: str | None, nclasses: int) -> tuple[ClassStats, ..
     return tuple(got[k] for k in range(nclasses))
 
 
-def read(dev: str, netns: str | None) -> XcpPaceState:
+def read(dev: str, netns: str | None, session: qdiscnl.Session | None = None) -> XcpPaceState:
     """Options, counters, classes and interval ring of the xcppace root qdisc of ``dev``
     (one qdisc dump, then one class dump: an interval still filling may differ between
-    the two; closed intervals do not). Raises XcpPaceError."""
-    q = qdiscnl.dump_root(dev, netns, KIND, XcpPaceError)
+    the two; closed intervals do not), on ``session`` (a :class:`qdiscnl.Session` of
+    ``netns``) when given, else each in a thread inside ``netns``. Raises XcpPaceError
+    (with a session also when its namespace is gone or a reply is missing or
+    malformed)."""
+    q = qdiscnl.dump_root(dev, netns, KIND, XcpPaceError, session)
     options = XcpPaceOptions.unpack(q.options)
     scalars, late_log2, slots = unpack_xstats(q.app)
-    classes = _classes(dev, netns, options.nclasses)
+    classes = _classes(dev, netns, options.nclasses, session)
     return XcpPaceState(options, intervals_of(slots, classes), classes, **scalars, late_log2=late_log2,
                         sent_packets=q.packets, sent_bytes=q.bytes, qlen=q.qlen)
 
