@@ -25,14 +25,15 @@ import signal
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from controllers.xcp_agent import AccSlotView, AgentConfig, PacerIntervalView, RateChange
 from testbed import bpfsys
-from testbed.optical import layout
-
-if TYPE_CHECKING:
-    from testbed.optical.qdiscnl import Session
+# imported here, not where used: the guest cannot cache bytecode for the checkout, and
+# compiling xcppace inside interval 0's step made the first rate changes 117 ms late
+# (docs/xcp-edge.md, "The guest test, as run")
+from testbed.optical import layout, qdiscnl, xcppace
+from testbed.optical.qdiscnl import Session
 
 #: the accumulator map's pin below the optswitch pin directory
 ACC_MAP = Path("maps") / "optsw_xcp_acc"
@@ -121,7 +122,6 @@ class XcpIo(SignalClock):
         """One qdiscnl.Session per edge namespace that exists (module docstring). Raises
         xcppace.XcpPaceError when one cannot be opened, OSError without a socket."""
         from testbed.nsops import netns_exists
-        from testbed.optical import qdiscnl, xcppace
         for netns in dict.fromkeys(ns for _dev, ns in self.pacers.values()):
             if netns is None or netns_exists(netns):
                 self.sessions[netns] = qdiscnl.Session(netns, error=xcppace.XcpPaceError)
@@ -143,14 +143,12 @@ class XcpIo(SignalClock):
 
     def read_pacer(self, edge: str) -> Mapping[int, PacerIntervalView]:
         """``edge``'s pacer ring {interval: counters} (testbed.optical.xcppace.read)."""
-        from testbed.optical import xcppace
         dev, netns = self.pacers[edge]
         return xcppace.read(dev, netns, **self._session(netns)).intervals
 
     def set_rates(self, edge: str, changes: list[RateChange]) -> None:
         """One netlink request with ``changes`` for ``edge``'s pacer
         (testbed.optical.xcppace.set_rates)."""
-        from testbed.optical import xcppace
         dev, netns = self.pacers[edge]
         xcppace.set_rates(dev, netns, [xcppace.RateChange(c.cls, c.rate_bps, c.effective_ns) for c in changes],
                           **self._session(netns))
@@ -158,7 +156,6 @@ class XcpIo(SignalClock):
     def pacer_counters(self, edge: str) -> dict[str, Any]:
         """``edge``'s pacer lateness counters (PACER_COUNTERS; a counter the state does
         not have is left out)."""
-        from testbed.optical import xcppace
         dev, netns = self.pacers[edge]
         state = xcppace.read(dev, netns, **self._session(netns))
         return {k: getattr(state, k) for k in PACER_COUNTERS if hasattr(state, k)}
