@@ -104,7 +104,8 @@ def scaled_rate_bps(values: dict[str, Any]) -> float:
 
 class E5OpticalRam(FlowFamily):
     name = "e5-optram"
-    doc = "E5: optical RAM architectures (OB, SB, WCSB) x buffer per link x pacing, TCP Reno flows on NSFNET"
+    doc = ("E5: optical RAM architectures (OB, IB, SB, WCSB) x buffer per link x pacing (none, TCP, XCP at the "
+           "edges), TCP Reno flows on NSFNET")
     count_ports = False
     params = (
         Param("topology", "choice", "nsfnet", "the mesh: NSFNET (14 core nodes, paper Fig. 3)", choices=TOPOLOGIES),
