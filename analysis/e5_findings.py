@@ -73,8 +73,8 @@ never "holds".
   study). With ``arch = sb``, per XCP variant (``pacing`` starting with ``xcp``):
   B_reach(xcp) at REACH x its own highest mean goodput, bracketed as in F4a, <=
   :data:`XCP_BEST` = 3 MSS = 4500 B: holds if the bracket's upper end <= 4500 B,
-  does not hold if its lower end >= 4500 B (B_reach > 3 MSS for sure). The family
-  accepts ``pacing`` none / tcp only today: "not measured", reason ``xcp not run``.
+  does not hold if its lower end >= 4500 B (B_reach > 3 MSS for sure). Without XCP
+  rows: "not measured", reason ``xcp not run``.
 - **F4c** standard and paced TCP need 30-60 MSS to reach XCP's goodput (III-C-2,
   Abilene: "paced TCP and standard TCP require around 30-60 MSS per link of shared
   buffer to reach the goodput of XCP pacing methods"). With ``arch = sb``, per XCP
@@ -378,7 +378,7 @@ CLAIMS = {
             "core nodes than paced and standard TCP' (III-B-2, Fig. 6b)"),
 }
 IB_NOT_RUN = "ib not run: needs arch = ib rows (input buffering is not built yet)"
-XCP_NOT_RUN = "xcp not run: needs pacing = xcp rows (the family accepts pacing none / tcp only today)"
+XCP_NOT_RUN = "xcp not run: needs pacing = xcp (or xcp-ack) rows"
 
 
 def evaluate(summary: pd.DataFrame) -> list[Finding]:
