@@ -30,14 +30,13 @@ never "holds".
   does not hold when its interval lies entirely at or below 1 (the reverse is
   significant); inconclusive when it straddles 1 or a group has fewer than 2
   repetitions. WCSB is not a part: its node holds B, not (ports) x B, so it is not
-  "equal total buffer". ``ib`` is not built yet, so today F1 compares SB with OB only.
+  "equal total buffer". Without ``ib`` rows F1 compares SB with OB only.
 - **F2** with paced traffic input buffering beats output buffering (III-B-2: "when the
   link buffer is between 1-6 MSS, input buffering yields higher goodput"; conclusion:
   "When the traffic was paced, input buffering yielded higher TCP goodput than output
   buffering"). For every paced sender (``pacing`` other than ``none``) and every B in
-  1500 .. 9000 B: goodput(IB) / goodput(OB) > 1, Fieller's interval as F1. ``ib`` is
-  not built: until summary.csv has ``arch = ib`` rows F2 is "not measured", reason
-  ``ib not run``.
+  1500 .. 9000 B: goodput(IB) / goodput(OB) > 1, Fieller's interval as F1. Until
+  summary.csv has ``arch = ib`` rows F2 is "not measured", reason ``ib not run``.
 - **F3** WCSB is close to OB (III-B-2: "very close to output buffering", "almost the
   same goodput as output buffering with a much smaller buffer capacity per node";
   conclusion, for NSFNET). For every pacing and every B > 0 run:
@@ -377,7 +376,7 @@ CLAIMS = {
             "'when the buffer is small, XCP pacing methods yield higher goodput and lower packet drop rates in the "
             "core nodes than paced and standard TCP' (III-B-2, Fig. 6b)"),
 }
-IB_NOT_RUN = "ib not run: needs arch = ib rows (input buffering is not built yet)"
+IB_NOT_RUN = "ib not run: needs arch = ib rows"
 XCP_NOT_RUN = "xcp not run: needs pacing = xcp (or xcp-ack) rows"
 
 
