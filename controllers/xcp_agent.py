@@ -64,13 +64,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, Protocol
 
 from testbed import xcp, xcpprobe
+from testbed.optical.xcpplan import KINDS
 
 NS_PER_S = 1_000_000_000
 #: interval / qmin_ns value of an accumulator slot never used / without arrival
 SLOT_NONE = 2**64 - 1
 #: slots per output (core) and intervals per pacer ring
 RING = 4
-KINDS = ("data", "ack")
 MAX_NODE_ID = 511          # OPTSW_MAX_NODES - 1
 MAX_PORT = 63              # OPTSW_MAX_PORTS - 1
 MAX_CLASS = 63             # the pacer's nclasses <= 64

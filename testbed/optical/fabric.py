@@ -357,8 +357,7 @@ class OpticalFabric:
         """{(switch id, host IPv4): equal-cost output ports} over minimum-hop paths."""
         adj = {n: list(enumerate(np.peers)) for n, np in self.nodes.items()}
         out: dict[tuple[int, str], list[int]] = {}
-        for h in self.hosts:
-            ip = self.emu.nodes[h].ip  # type: ignore[attr-defined]
+        for h, ip in self.host_ips().items():
             for node, ports in next_hops(adj, h, transit=set(self.switches)).items():
                 if node in self.switches:
                     out[(self.nodes[node].node_id, ip)] = ports

@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+#: macroflow kinds: the index is the kind number (class = 2 x slot + kind)
 DATA, ACK = 0, 1
 KINDS = ("data", "ack")
 
