@@ -12,6 +12,10 @@ common combination of the parameters other than arch, pacing and B
 (:data:`CONTEXT_PARAMS`; ties: the smallest scale, the closest to the paper). Rows of
 other contexts are listed in "Rows left out"; points measured at several scales are
 compared in the scale table (per-flow goodput at each scale against the smallest).
+Rows of an XCP parameter sweep (several xcp_alpha / xcp_gamma, e.g. ``e5-xcp-params``)
+are not in the main context: they have their own figures
+(``xcp_params_<i>_goodput.png`` / ``_drops.png``, the paper's Fig. 4), table and
+findings P1-P4 (``analysis.e5_xcp_params``).
 
 Figures (x: B, optical RAM per link in bytes, log scale; B = 0, bufferless, is in the
 tables only; a dotted line marks 1 MSS = 1500 B and a grey band the paper's 1-6 MSS
@@ -48,7 +52,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from analysis import findings  # noqa: E402
+from analysis import e5_xcp_params, findings  # noqa: E402
 from analysis.e5_findings import (BUFFER_COL, DROPS, FIDELITY_BOUND, GOODPUT, MSS_B, PAPER_RANGE,  # noqa: E402
                                   arch_name, archs, buffers, evaluate, flagged, not_exact, pacing_name, pacings, prepare,
                                   rows)
@@ -378,12 +382,15 @@ def left_out_table(left: pd.DataFrame, unreadable: pd.DataFrame) -> pd.DataFrame
 def analyse(summary: pd.DataFrame, config: dict, out: Path) -> tuple[list[Path], list[tuple[str, pd.DataFrame]]]:
     """Draw the goodput and drop-rate figures into ``out`` (the report folder) and return
     them with the tables, the findings table last (titled ``findings.TITLE``, also
-    ``out/findings.csv`` and ``out/findings.md``). Figures, point tables and findings use
-    the main context (:func:`main_context`). Raises KeyError when the summary lacks
+    ``out/findings.csv`` and ``out/findings.md``). Figures, point tables and findings F1-F4
+    use the main context (:func:`main_context`) of the rows outside XCP parameter sweeps;
+    the sweeps (``analysis.e5_xcp_params``: figures, table, P1-P4) have their own. Raises KeyError when the summary lacks
     ``arch``, ``pacing`` or ``buffer``; OSError when ``out`` is not writable."""
     prepared = prepare(summary)
     readable = prepared[prepared[BUFFER_COL].notna()]
-    s, left = main_context(readable)
+    sweeps = e5_xcp_params.sweeps(readable, CONTEXT_PARAMS)
+    in_sweeps = pd.concat(sweeps).index if sweeps else readable.index[:0]
+    s, left = main_context(readable[~readable.index.isin(in_sweeps)])
     ctx = context_text(s)
     figs = figures(s, out)
     bad = fidelity_table(s)
@@ -399,10 +406,15 @@ def analyse(summary: pd.DataFrame, config: dict, out: Path) -> tuple[list[Path],
     if not scales.empty:
         tables.append(("Scale invariance: per-flow goodput at each scale against the smallest (Fieller's 95 % "
                        "interval of the ratio)", scales))
+    if sweeps:
+        figs += e5_xcp_params.figures(sweeps, out)
+        tables.append((f"XCP parameters (cf. paper Fig. 4; {len(in_sweeps)} runs, not in the figures and tables "
+                       "above): goodput and core drop rate per (alpha, gamma), means with 95 % intervals; findings "
+                       "P1-P4", e5_xcp_params.table(sweeps)))
     left_out = left_out_table(left, prepared[prepared[BUFFER_COL].isna()])
     if not left_out.empty:
         tables.append((f"Rows left out of the figures and findings ({int(left_out['runs'].sum())} runs)", left_out))
-    found = evaluate(s)
+    found = evaluate(s) + e5_xcp_params.evaluate(sweeps)
     table = findings.write(found, out, preamble=f"E5, {ctx}. Rules (pre-registered): analysis/e5_findings.py, "
                                                 f"docs/e5.md.")
     tables.append((f"{findings.TITLE}, {ctx}", table))

@@ -26,6 +26,8 @@ class Param:
 
     ``dim`` is a Dim for quantities, or one of "int", "float", "choice", "bool", "str".
     ``lo``/``hi`` bound the SI value (quantities) or the number; ``lo_open`` excludes lo.
+    ``keywords``: words accepted in place of a number (e.g. "stable" for a value the
+    family derives from others); parsed as the word itself.
     """
 
     name: str
@@ -36,8 +38,13 @@ class Param:
     hi: float | None = None
     lo_open: bool = False
     choices: tuple[str, ...] = ()
+    keywords: tuple[str, ...] = ()
 
     def accepted(self) -> str:
+        words = "".join(f" or {w!r}" for w in self.keywords)
+        return self._accepted() + words
+
+    def _accepted(self) -> str:
         if isinstance(self.dim, Dim):
             unit = f"a {self.dim.value} with a unit, e.g. {example(self.dim)!r}"
         elif self.dim == "choice":
@@ -59,6 +66,8 @@ class Param:
         def bad(reason: str = "") -> DefinitionError:
             return DefinitionError(key, value, self.accepted() + (f" ({reason})" if reason else ""), source)
 
+        if isinstance(value, str) and value in self.keywords:
+            return value
         if isinstance(self.dim, Dim):
             try:
                 q = Quantity.parse(value, self.dim)

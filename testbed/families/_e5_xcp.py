@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from testbed.errors import DefinitionError
-from testbed.xcp import XcpParameterError, XcpParameters
+from testbed.xcp import UnstableParameterError, XcpParameterError, XcpParameters, stable_beta
 
 #: the XCP variants (analysis/e5_findings.py names them): ACKs in the data macroflow of
 #: their pair, or in a macroflow of their own
@@ -45,17 +45,24 @@ def is_xcp(pacing: str) -> bool:
 
 def parameters(values: Mapping[str, Any], source: object = None) -> XcpParameters:
     """The point's XCP parameters (``xcp_alpha``, ``xcp_beta``, ``xcp_gamma``,
-    ``xcp_interval``; TU 1). Raises DefinitionError naming ``params.xcp_<name>``, the
-    value and the accepted range (alpha and beta: Katabi's stability condition, which
-    the paper's 0.4 / 0.226 meet)."""
+    ``xcp_interval``, ``xcp_stability_check``; TU 1). ``xcp_beta = "stable"`` is alpha^2
+    sqrt 2. Raises DefinitionError naming ``params.xcp_<name>``, the value and the
+    accepted range (alpha and beta: Katabi's stability condition, which the paper's
+    0.4 / 0.226 meet, unless ``xcp_stability_check`` is false)."""
     names = {"alpha": "xcp_alpha", "beta": "xcp_beta", "gamma": "xcp_gamma", "interval_s": "xcp_interval"}
+    alpha = float(values["xcp_alpha"])
+    beta = stable_beta(alpha) if values["xcp_beta"] == "stable" else float(values["xcp_beta"])
     try:
-        return XcpParameters(alpha=float(values["xcp_alpha"]), beta=float(values["xcp_beta"]),
-                             gamma=float(values["xcp_gamma"]), interval_s=float(values["xcp_interval"].si))
+        return XcpParameters(alpha=alpha, beta=beta, gamma=float(values["xcp_gamma"]),
+                             interval_s=float(values["xcp_interval"].si),
+                             outside_stability_bound=not values["xcp_stability_check"])
     except XcpParameterError as exc:
         key = names.get(exc.parameter, "xcp_beta")
-        raise DefinitionError(f"params.{key}", values[key] if key != "xcp_interval" else str(values[key]),
-                              f"{exc.accepted} (XCP {exc.parameter})", source) from None
+        shown = str(values[key]) if key == "xcp_interval" else values[key]
+        accepted = f"{exc.accepted} (XCP {exc.parameter})"
+        if isinstance(exc, UnstableParameterError):
+            accepted += "; xcp_stability_check = false admits it"
+        raise DefinitionError(f"params.{key}", shown, accepted, source) from None
 
 
 def disable(fabric: Any) -> None:

@@ -118,8 +118,12 @@ class E5OpticalRam(FlowFamily):
               "RTT; needs cca = reno), xcp (XCP edge pacing, ACKs in the pair's data macroflow) or xcp-ack (ACKs in "
               "a macroflow of their own); XCP needs routing = pair", choices=PACINGS),
         Param("xcp_alpha", "float", 0.4, "XCP efficiency controller alpha (paper: 0.4)", lo=0, lo_open=True, hi=10),
-        Param("xcp_beta", "float", 0.226, "XCP efficiency controller beta (paper: 0.226; with alpha within "
-              "Katabi's stability condition)", lo=0, hi=10),
+        Param("xcp_beta", "float", 0.226, "XCP efficiency controller beta (paper: 0.226); 'stable': alpha^2 "
+              "sqrt 2, the beta of Katabi's stability condition (the paper's Fig. 4 sweeps alpha so)", lo=0, hi=10,
+              keywords=("stable",)),
+        Param("xcp_stability_check", "bool", True, "refuse alpha / beta outside Katabi's stability condition "
+              "(0 < alpha < 0.5554, beta = alpha^2 sqrt 2 within 2 %); false admits them (the paper's Fig. 4 has "
+              "alpha = 0.6) and the agent's config records outside_stability_bound"),
         Param("xcp_gamma", "float", 0.1, "XCP shuffled fraction gamma (paper: 0.1)", lo=0, hi=1),
         Param("xcp_interval", Dim.TIME, "50 ms", "XCP control interval d (paper: 50 ms)", lo=0, lo_open=True, hi=10),
         Param("xcp_rate_delay", Dim.TIME, "2 ms", "XCP: from a probe's return to the ingress edge's rate change "

@@ -35,7 +35,7 @@ def run_rows(arch: str, pacing: str, b: float, goodput: float, *, reps=TIGHT, dr
         out.append({"point": "", "rep": rep, "seed": rep, "topology": "nsfnet", "arch": arch, "buffer": size(b),
                     "pacing": pacing, "routing": "flow", "cca": "reno", "flows": 1586, "scale": scale,
                     "xcp_alpha": 0.4, "xcp_beta": 0.226, "xcp_gamma": 0.1, "xcp_interval": "50 ms",
-                    "xcp_rate_delay": "2 ms",
+                    "xcp_rate_delay": "2 ms", "xcp_stability_check": True,
                     **{c: float("nan") for c in XCP_COLUMNS},
                     "rate": "1 Gbit/s",
                     "duration": "10 s", "window": "2 s", "cwnd_limit": 20, "edge_buffer": "250 ms", "bin": "500 ms",
@@ -276,7 +276,9 @@ def test_analyse_writes_the_figures_and_tables(tmp_path):
     assert all(p.exists() and p.stat().st_size > 1000 for p in figs)
     t = dict(tables)
     title, f = tables[-1]
-    assert findings.is_findings(title, f) and list(f["id"]) == ["F1", "F2", "F3", "F4a", "F4b", "F4c", "F4d"]
+    assert findings.is_findings(title, f) and list(f["id"]) == ["F1", "F2", "F3", "F4a", "F4b", "F4c", "F4d",
+                                                                  "P1", "P2", "P3", "P4"]
+    assert set(f[f["id"].str.startswith("P")]["verdict"]) == {findings.NOT_MEASURED}   # no XCP sweep
     assert (tmp_path / "findings.csv").exists() and (tmp_path / "findings.md").exists()
     pts = next(v for k, v in t.items() if k.startswith("Points"))
     assert len(pts) == 12 and set(pts["buffer"]) == {"0 B", "750 B", "1.5 kB", "15 kB"}

@@ -14,7 +14,7 @@ from testbed.units import Dim, Quantity
 
 
 def values(**kw: object) -> dict[str, object]:
-    v = {"xcp_alpha": 0.4, "xcp_beta": 0.226, "xcp_gamma": 0.1, "xcp_interval": Quantity.parse("50 ms", Dim.TIME),
+    v = {"xcp_alpha": 0.4, "xcp_beta": 0.226, "xcp_stability_check": True, "xcp_gamma": 0.1, "xcp_interval": Quantity.parse("50 ms", Dim.TIME),
          "xcp_rate_delay": Quantity.parse("2 ms", Dim.TIME),
          "pacing": "xcp", "edge_buffer": Quantity.parse("250 ms", Dim.TIME)}
     v.update(kw)
@@ -58,3 +58,24 @@ def test_columns_sum_the_agents_and_the_pacers_counters():
     assert cols == {"xcp_exact": 0.0, "xcp_intervals": 60.0, "xcp_acc_late": 3.0, "xcp_acc_lost": 3.0,
                     "xcp_late_rates": 11.0, "xcp_pacer_late": 5.0, "xcp_decision_lag_p99_s": pytest.approx(0.002),
                     "xcp_rate_changes": 500.0}
+
+
+def test_stable_beta_follows_alpha_and_the_check_can_be_turned_off():
+    p = e5_xcp.parameters(values(xcp_alpha=0.2, xcp_beta="stable", xcp_stability_check=True))
+    assert p.beta == pytest.approx(0.2 ** 2 * 2 ** 0.5) and not p.outside_stability_bound
+    with pytest.raises(DefinitionError, match=r"params\.xcp_alpha.*0\.6.*xcp_stability_check = false admits it"):
+        e5_xcp.parameters(values(xcp_alpha=0.6, xcp_beta="stable", xcp_stability_check=True))
+    wide = e5_xcp.parameters(values(xcp_alpha=0.6, xcp_beta="stable", xcp_stability_check=False))
+    assert wide.outside_stability_bound and wide.beta == pytest.approx(0.36 * 2 ** 0.5)
+
+
+def test_xcp_beta_takes_a_number_or_the_word_stable():
+    from testbed.definition import load
+
+    beta = next(p for p in E5OpticalRam.params if p.name == "xcp_beta")
+    assert beta.parse("stable", "params.xcp_beta") == "stable" and beta.parse("0.1", "params.xcp_beta") == 0.1
+    with pytest.raises(DefinitionError, match=r"params\.xcp_beta.*'stable'"):
+        beta.parse("auto", "params.xcp_beta")
+    d = load("e5-xcp-params")
+    E5OpticalRam.check(d)                                       # alpha = 0.6 admitted: the check is off
+    assert len(d.points()) == 2 * 5 * 4 * 3
