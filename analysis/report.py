@@ -11,7 +11,7 @@ import pandas as pd
 from analysis import findings as findings_mod
 from testbed import families
 from testbed.metrics import check_columns
-from testbed.results import atomic_write, config_family
+from testbed.results import RunStore, atomic_write, config_family
 
 
 class CombineError(ValueError):
@@ -51,9 +51,10 @@ def combine(runs: list[Path], out: Path) -> Path:
             raise CombineError(f"{run} is not a results folder (no config.json)")
         cfg = json.loads(cfg_path.read_text())
         configs.append(cfg)
-        man = json.loads((run / "manifest.json").read_text()) if (run / "manifest.json").exists() else {}
+        shas = [m.get("git", {}).get("sha") for m in RunStore(run).manifests()]
         sources.append({"folder": str(run), "experiment": cfg["experiment"]["name"], "tdf": cfg["run"]["tdf"],
-                        "git": man.get("git", {}).get("sha"), "family": config_family(cfg)})
+                        "git": ", ".join(dict.fromkeys(s for s in shas if s)) or None,
+                        "family": config_family(cfg)})
         if (run / "summary.csv").exists():
             try:
                 frames.append(pd.read_csv(run / "summary.csv").assign(run=run.name))
@@ -76,6 +77,12 @@ def combine(runs: list[Path], out: Path) -> Path:
     summary = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     atomic_write(out / "summary.csv", summary.to_csv(index=False))
     return generate(out)
+
+
+def _shas(results: Path) -> str:
+    """The commits that ran the run's points (several when it was resumed), short."""
+    shas = [str(m.get("git", {}).get("sha", "?"))[:12] for m in RunStore(results).manifests()]
+    return ", ".join(dict.fromkeys(shas)) or "?"
 
 
 def generate(results: Path) -> Path:
@@ -115,7 +122,7 @@ def generate(results: Path) -> Path:
              f"{config['run']['tdf']} (all values in paper units) · ran on "
              f"{e(str(manifest.get('where', {}).get('place', '?')))} kernel "
              f"{e(str(manifest.get('where', {}).get('kernel', '?')))} · git "
-             f"{e(str(manifest.get('git', {}).get('sha', '?'))[:12])}</p>",
+             f"{e(_shas(results))}</p>",
              "<p><a href='../config.json'>config.json</a> · <a href='../manifest.json'>manifest.json</a> · "
              "<a href='../summary.csv'>summary.csv</a> · <a href='../logs/run.log'>run log</a></p>"]
     # the findings first (verdict per claim of the paper), then the figures, then the other tables

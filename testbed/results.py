@@ -3,6 +3,9 @@
     results/<experiment>/<run-id>/
       config.json     resolved definition (paper units)
       manifest.json   environment: git sha, kernel, D, versions, sysctls, seeds, host/guest
+                      (of the latest invocation; a resumed run keeps the earlier ones in
+                      logs/manifest-<run_id>.json, and each point's status.json names
+                      the run_id and git sha that ran it)
       summary.csv     one row per completed point (paper units), rewritten after each point
       points/p0000/   status.json, summary.json, raw records (CSV/JSON) and logs of a point
       points/.incomplete/   earlier interrupted attempts of points (kept, never reused)
@@ -83,6 +86,28 @@ class RunStore:
     def __init__(self, root: Path, metrics: tuple[Metric, ...] = ()) -> None:
         self.root = root
         self.metrics = metrics
+        #: the invocation writing now (``run_id``, ``git`` sha): recorded in each point's
+        #: status.json, since a resumed run's points may come from several commits
+        self.session: dict[str, Any] = {}
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        """Write ``manifest.json`` for this invocation. A resumed run's earlier manifest
+        is kept as ``logs/manifest-<its run_id>.json`` (never overwritten: the points it
+        ran were run in that environment); one of the same run_id is replaced."""
+        path = self.root / "manifest.json"
+        if path.exists():
+            old = json.loads(path.read_text())
+            name = f"manifest-{old.get('run_id', 'unknown')}.json"
+            if old.get("run_id") != manifest.get("run_id") and not (self.root / "logs" / name).exists():
+                (self.root / "logs").mkdir(exist_ok=True)
+                os.replace(path, self.root / "logs" / name)
+        write_json(path, manifest)
+
+    def manifests(self) -> list[dict[str, Any]]:
+        """Every manifest of the run, the earliest first (resumed runs have several)."""
+        old = sorted((self.root / "logs").glob("manifest-*.json"), key=lambda p: p.stat().st_mtime)
+        paths = old + ([self.root / "manifest.json"] if (self.root / "manifest.json").exists() else [])
+        return [json.loads(p.read_text()) for p in paths]
 
     @classmethod
     def open(cls, root: Path, defn: Definition, metrics: tuple[Metric, ...] = ()) -> "RunStore":
@@ -130,7 +155,8 @@ class RunStore:
             shutil.move(str(d), keep / f"{point.id}-{n}")
         d.mkdir(parents=True)
         write_json(d / "status.json", {"state": "running", "started": time.time(),
-                                       "label": point.label(), "rep": point.rep, "seed": point.seed})
+                                       "label": point.label(), "rep": point.rep, "seed": point.seed,
+                                       **self.session})
         return d
 
     def skip(self, point: Point, reason: str) -> None:

@@ -20,7 +20,7 @@ from testbed.errors import FeatureError, TestbedError
 from testbed.experiment import Definition, Point
 from testbed.features import Feature
 from testbed.ledger import Ledger
-from testbed.results import RunStore, new_run_dir, write_json
+from testbed.results import RunStore, new_run_dir
 
 log = logging.getLogger(__name__)
 
@@ -130,11 +130,13 @@ def run_native(defn: Definition, opts: RunOptions, run_id: str, out: Path, needs
     points = defn.points()
     tdfs = {p.id: family.point_tdf(p.values, defn.tdf) for p in points}
     per_point = {pid: d.factor for pid, d in tdfs.items()} if any(d != defn.tdf for d in tdfs.values()) else {}
-    write_json(out / "manifest.json", manifest.build(
+    man = manifest.build(
         argv=opts.argv, tdf=defn.tdf.factor, seeds=sorted({p.seed for p in points}), features=needs,
         extra={"run_id": run_id, "points": len(points),
                "congestion_control": manifest.congestion_control(defn),
-               **({"point_tdf": per_point} if per_point else {})}))
+               **({"point_tdf": per_point} if per_point else {})})
+    store.write_manifest(man)
+    store.session = {"run_id": run_id, "git": man.get("git", {}).get("sha")}
     _log_to(out / "logs" / "run.log")
     token = "ot" + secrets.token_hex(2)
     ledger = Ledger.create(f"{run_id}-{os.getpid()}", results_dir=str(out), argv=opts.argv)

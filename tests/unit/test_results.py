@@ -53,3 +53,28 @@ def test_resume_with_other_configuration_is_refused(tmp_path):
     other = dict(DEF, run={"reps": 3})
     with pytest.raises(ResultsError, match="another configuration"):
         RunStore.open(tmp_path / "run", definition.validate(other))
+
+
+def test_a_resumed_run_keeps_every_manifest_and_each_point_names_its_commit(tmp_path):
+    from analysis.report import _shas
+
+    d = definition.validate(DEF)
+    pts = d.points()
+    store = RunStore.open(tmp_path / "run", d)
+    store.write_manifest({"run_id": "first", "git": {"sha": "a" * 40}})
+    store.session = {"run_id": "first", "git": "a" * 40}
+    store.begin(pts[0])
+    store.finish(pts[0], {"throughput_bps": 1.0})
+
+    again = RunStore.open(tmp_path / "run", definition.validate(DEF))   # the next session
+    again.write_manifest({"run_id": "second", "git": {"sha": "b" * 40}})
+    again.session = {"run_id": "second", "git": "b" * 40}
+    again.begin(pts[1])
+    again.finish(pts[1], {"throughput_bps": 2.0})
+    again.write_manifest({"run_id": "second", "git": {"sha": "b" * 40}})   # same invocation again: no copy
+
+    assert json.loads((tmp_path / "run/manifest.json").read_text())["run_id"] == "second"
+    assert [m["run_id"] for m in again.manifests()] == ["first", "second"]
+    status = [json.loads((again.point_dir(p) / "status.json").read_text()) for p in pts[:2]]
+    assert [(s["run_id"], s["git"][0]) for s in status] == [("first", "a"), ("second", "b")]
+    assert _shas(tmp_path / "run") == "aaaaaaaaaaaa, bbbbbbbbbbbb"
