@@ -12,7 +12,7 @@ PYTEST  := $(PY) -m pytest
 GUEST_OPTS ?=
 
 help:
-	@echo "make run    - set up, build, run the main demo (E1, about 13 min), print where its report is"
+	@echo "make run    - set up, build, run the main demo (E1, about 4 min under icount), print where its report is"
 	@echo "make test   - set up, build, run all test tiers (unit, BPF, native, guest)"
 	@echo "make reproduce-e1 - the paper's E1 sweep at k = 4, files x 1 % (very long: ~170 hours on 2 cores; docs/e1.md has a findings subset)"
 	@echo "make bench  - benchmarks (all areas; AREAS="switch traffic" for some)"
