@@ -32,6 +32,14 @@
  * qdisc_watchdog releases at its ready head's stamp; a decision giving another member
  * a packet kicks it with __netif_schedule.
  *
+ * XCP (docs/xcp-edge.md, "IB nodes"): with xcp_interval_ns (d_e) set, each output keeps
+ * a ring of VOQ_XCP_SLOTS per-interval slots (kernel/voq.h, struct tc_voq_xcp_slot):
+ * the arrivals decided for it in interval k = (t - E) / d_e of their decided instant t,
+ * and the smallest backlog of the output one of them found, in ns of its link:
+ * (out_free - t)^+ + the taus of the packets in VOQ(*, o). The XCP agent reads it from
+ * the dump (xstats: one output per qdisc, 128 bytes) for its persistent queue Q, as the
+ * BPF accumulators give it for the architectures that decide at the egress program.
+ *
  * Times are CLOCK_MONOTONIC ns (the emulation's clock); lengths qdisc_pkt_len() (the
  * frame from the Ethernet header; GSO off on the device).
  */
@@ -176,6 +184,7 @@ struct voq_node {
 	u64 in_free[VOQ_MAX_PORTS];	/* instant each input's fabric port is free */
 	u64 out_free[VOQ_MAX_PORTS];	/* instant each output is free */
 	u64 in_bytes[VOQ_MAX_PORTS];	/* IP bytes waiting in each input's buffer */
+	u64 out_wait_ns[VOQ_MAX_PORTS];	/* per output o: sum of the taus (at o's rate) of VOQ(*, o) */
 	u64 node_bytes;
 	u32 grant_ptr[VOQ_MAX_PORTS];	/* per output (rr, islip) */
 	u32 accept_ptr[VOQ_MAX_PORTS];	/* per input (islip) */
@@ -196,6 +205,7 @@ struct voq_sched {
 	struct voq_fifo ready;		/* decided, leaving at their stamps (ascending) */
 	struct voq_fifo gone;		/* dropped by a decision, freed by this qdisc */
 	struct tc_voq_port_stats st;
+	struct tc_voq_xcp_slot xcp[VOQ_XCP_SLOTS];	/* this output's XCP ring (opt.xcp_*) */
 	struct tc_voq_xstats dump;	/* dump_stats' copy (dumps run under RTNL, one at a time) */
 };
 
@@ -260,6 +270,46 @@ static void voq_depart(struct voq_node *n, struct sk_buff *skb, u32 i, u32 o, u6
 	*touched |= BIT_ULL(o);
 }
 
+/* Every slot of m's XCP ring never used (at creation, and when E or d_e change). */
+static void voq_xcp_clear(struct voq_sched *m)
+{
+	u32 k;
+
+	memset(m->xcp, 0, sizeof(m->xcp));
+	for (k = 0; k < VOQ_XCP_SLOTS; k++) {
+		m->xcp[k].interval = VOQ_XCP_NONE;
+		m->xcp[k].qmin_ns = VOQ_XCP_NONE;
+	}
+}
+
+/* An arrival of len frame bytes decided for m's output at instant t, having found
+ * `backlog` ns of it (before its own decision), into slot (t - E) / d_e of m's XCP
+ * ring when the ring is on and t >= E (a slot holding another interval, or none,
+ * restarts). One division; under the node lock. */
+static void voq_xcp_account(struct voq_sched *m, u64 t, u32 len, u64 backlog, bool dropped)
+{
+	u64 d_e = m->opt.xcp_interval_ns, k;
+	struct tc_voq_xcp_slot *s;
+
+	if (!d_e || t < m->opt.xcp_epoch_ns)
+		return;
+	k = div64_u64(t - m->opt.xcp_epoch_ns, d_e);
+	s = &m->xcp[k & (VOQ_XCP_SLOTS - 1)];
+	if (s->interval != k || !s->packets) {
+		s->interval = k;
+		s->bytes = 0;
+		s->qmin_ns = VOQ_XCP_NONE;
+		s->packets = 0;
+		s->drops = 0;
+	}
+	s->bytes += len;
+	s->packets++;
+	if (dropped)
+		s->drops++;
+	if (backlog < s->qmin_ns)
+		s->qmin_ns = backlog;
+}
+
 /* The arrival skb at instant t: cut-through, VOQ or drop. */
 static void voq_arrive(struct voq_node *n, struct sk_buff *skb, u64 t, u64 now, u64 *touched)
 {
@@ -268,6 +318,8 @@ static void voq_arrive(struct voq_node *n, struct sk_buff *skb, u64 t, u64 now, 
 	struct voq_sched *m = n->member[o];
 	struct voq_fifo *v = voq_q(n, i, o);
 	u64 ip = voq_ip_bytes(skb);
+	/* what output o has still to send as this arrival finds it (XCP's queue sample) */
+	u64 backlog = (n->out_free[o] > t ? n->out_free[o] - t : 0) + n->out_wait_ns[o];
 	bool room;
 
 	m->st.arrivals++;
@@ -277,6 +329,7 @@ static void voq_arrive(struct voq_node *n, struct sk_buff *skb, u64 t, u64 now, 
 	if (n->in_free[i] <= t && n->out_free[o] <= t && !v->head) {
 		m->st.cut++;
 		n->st.cut++;
+		voq_xcp_account(m, t, qdisc_pkt_len(skb), backlog, false);
 		voq_depart(n, skb, i, o, t, now, touched);
 		return;
 	}
@@ -284,6 +337,7 @@ static void voq_arrive(struct voq_node *n, struct sk_buff *skb, u64 t, u64 now, 
 		room = n->in_bytes[i] + ip <= n->buffer_bytes;
 	else
 		room = (v->bytes + ip) * n->n_ports <= n->buffer_bytes;
+	voq_xcp_account(m, t, qdisc_pkt_len(skb), backlog, !room);
 	if (!room) {
 		m->st.dropped++;
 		n->st.dropped++;
@@ -294,6 +348,7 @@ static void voq_arrive(struct voq_node *n, struct sk_buff *skb, u64 t, u64 now, 
 	}
 	voq_push(v, skb);
 	v->bytes += ip;
+	n->out_wait_ns[o] += voq_tau(m, skb);
 	n->in_bytes[i] += ip;
 	n->node_bytes += ip;
 	n->waiting++;
@@ -313,6 +368,7 @@ static void voq_serve(struct voq_node *n, u32 i, u32 o, u64 t, u64 now, u64 *tou
 	u64 ip = voq_ip_bytes(skb);
 
 	v->bytes -= ip;
+	n->out_wait_ns[o] -= voq_tau(n->member[o], skb);
 	n->in_bytes[i] -= ip;
 	n->node_bytes -= ip;
 	n->waiting--;
@@ -609,6 +665,7 @@ static void voq_purge(struct voq_node *n, struct voq_sched *q, struct voq_fifo *
 		}
 		v->bytes = 0;
 	}
+	n->out_wait_ns[o] = 0;		/* VOQ(*, o) is empty */
 	while ((skb = voq_pop(&q->ready)))
 		voq_push(out, skb);
 	while ((skb = voq_pop(&q->gone)))
@@ -694,6 +751,14 @@ static int voq_parse(struct nlattr *opt, struct tc_voq_qopt *o, struct netlink_e
 		NL_SET_ERR_MSG_MOD(extack, "prop_ns must be 0..3600e9 (1 h)");
 		return -EINVAL;
 	}
+	if (o->xcp_interval_ns > VOQ_TIME_MAX) {
+		NL_SET_ERR_MSG_MOD(extack, "xcp_interval_ns must be 0 (off) or 1..3600e9 (1 h)");
+		return -EINVAL;
+	}
+	if (!o->xcp_interval_ns && o->xcp_epoch_ns) {
+		NL_SET_ERR_MSG_MOD(extack, "xcp_epoch_ns must be 0 when xcp_interval_ns is 0 (XCP ring off)");
+		return -EINVAL;
+	}
 	return 0;
 }
 
@@ -759,6 +824,7 @@ static int voq_join(struct Qdisc *sch, struct voq_sched *q, const struct tc_voq_
 	}
 	q->opt = *o;
 	q->sch = sch;
+	voq_xcp_clear(q);
 	spin_lock_bh(&n->lock);
 	n->member[o->port] = q;
 	n->members++;
@@ -785,14 +851,25 @@ static int voq_init(struct Qdisc *sch, struct nlattr *opt, struct netlink_ext_ac
 static int voq_change(struct Qdisc *sch, struct nlattr *opt, struct netlink_ext_ack *extack)
 {
 	struct voq_sched *q = qdisc_priv(sch);
-	struct tc_voq_qopt o;
+	struct tc_voq_qopt o, same;
 	int err = voq_parse(opt, &o, extack);
 
 	if (err)
 		return err;
-	if (memcmp(&o, &q->opt, sizeof(o))) {
-		NL_SET_ERR_MSG_MOD(extack, "options cannot change: delete the qdisc and add it again");
+	same = o;
+	same.xcp_epoch_ns = q->opt.xcp_epoch_ns;
+	same.xcp_interval_ns = q->opt.xcp_interval_ns;
+	if (memcmp(&same, &q->opt, sizeof(same))) {
+		NL_SET_ERR_MSG_MOD(extack, "options cannot change but xcp_epoch_ns and xcp_interval_ns: delete the "
+				   "qdisc and add it again");
 		return -EOPNOTSUPP;
+	}
+	if (o.xcp_epoch_ns != q->opt.xcp_epoch_ns || o.xcp_interval_ns != q->opt.xcp_interval_ns) {
+		spin_lock_bh(&q->node->lock);
+		q->opt.xcp_epoch_ns = o.xcp_epoch_ns;
+		q->opt.xcp_interval_ns = o.xcp_interval_ns;
+		voq_xcp_clear(q);
+		spin_unlock_bh(&q->node->lock);
 	}
 	return 0;
 }
@@ -853,6 +930,7 @@ static int voq_dump_stats(struct Qdisc *sch, struct gnet_dump *d)
 	for (k = 0; k < n->n_ports; k++)
 		st->node.pending += n->pend[k].qlen;
 	st->node.members = n->members;
+	memcpy(st->xcp, q->xcp, sizeof(st->xcp));
 	spin_unlock_bh(&n->lock);
 	return gnet_stats_copy_app(d, st, sizeof(*st));
 }
@@ -874,7 +952,10 @@ static struct Qdisc_ops voq_qdisc_ops __read_mostly = {
 
 static int __init voq_module_init(void)
 {
-	BUILD_BUG_ON(sizeof(struct tc_voq_qopt) != 64);
+	BUILD_BUG_ON(sizeof(struct tc_voq_qopt) != 80);
+	BUILD_BUG_ON(sizeof(struct tc_voq_xcp_slot) != 32);
+	BUILD_BUG_ON(sizeof(struct tc_voq_xstats) != (13 + 13 + VOQ_LATE_BUCKETS) * 8 + VOQ_XCP_SLOTS * 32);
+	BUILD_BUG_ON(VOQ_XCP_SLOTS & (VOQ_XCP_SLOTS - 1));	/* slot = k & (VOQ_XCP_SLOTS - 1) */
 	BUILD_BUG_ON(sizeof(struct tc_voq_port_stats) != 13 * 8);
 	BUILD_BUG_ON(sizeof(struct tc_voq_node_stats) != (13 + VOQ_LATE_BUCKETS) * 8);
 	BUILD_BUG_ON(VOQ_MAX_PORTS > 64);	/* port sets are u64 bit masks */

@@ -5,7 +5,10 @@
  * Python mirror is testbed/optical/ibsched.py; design in docs/ib-holding.md).
  *
  *  - struct tc_voq_qopt     the TCA_OPTIONS payload (netlink, host byte order)
- *  - struct tc_voq_xstats   TCA_STATS_APP of the qdisc dump (host byte order)
+ *  - struct tc_voq_xstats   TCA_STATS_APP of the qdisc dump (host byte order): this
+ *                           output's and the node's counters and this output's XCP ring
+ *                           (docs/xcp-edge.md, "IB nodes": the persistent-queue samples
+ *                           the BPF accumulators cannot take for held packets)
  *
  * Every struct is made of naturally aligned fixed-size members (no padding); a change
  * of any layout bumps VOQ_VERSION (the module refuses other versions).
@@ -15,9 +18,11 @@
 
 #include <linux/types.h>
 
-#define VOQ_VERSION		1
+#define VOQ_VERSION		2	/* 2: XCP interval ring (xcp_* options, xstats.xcp) */
 #define VOQ_MAX_PORTS		64	/* ports of one node (OPTSW_MAX_PORTS) */
 #define VOQ_LATE_BUCKETS	48	/* enqueue-lateness histogram: bucket k = [2^k, 2^(k+1)) ns */
+#define VOQ_XCP_SLOTS		4	/* XCP ring per output: interval k in slot k & (VOQ_XCP_SLOTS - 1) */
+#define VOQ_XCP_NONE		0xffffffffffffffffULL	/* slot interval never used / qmin_ns no arrival */
 
 /* scheduler */
 #define VOQ_SCHED_RR		0	/* round-robin per output, outputs in index order */
@@ -56,6 +61,10 @@ struct tc_voq_qopt {
 	__u64 lookahead_ns;	/* M: instant t is decided once real time passes t + M, 1..1 h (node-wide) */
 	__u64 ps_per_byte;	/* this output's rate, ps per byte, 1..VOQ_PS_PER_BYTE_MAX */
 	__u64 prop_ns;		/* this output's link propagation, ns, 0..1 h */
+	__u64 xcp_epoch_ns;	/* E of the XCP ring (CLOCK_MONOTONIC ns); 0 when xcp_interval_ns is 0 */
+	__u64 xcp_interval_ns;	/* d_e, 1..1 h: XCP ring on, interval k = [E + k d_e, E + (k+1) d_e);
+				 * 0: off (no slot is ever written). These two (only) may change
+				 * on a live qdisc (RTM_NEWQDISC change): the ring then restarts. */
 };
 
 /* One port of the node: its output (this qdisc) and its input (the same device's
@@ -93,9 +102,27 @@ struct tc_voq_node_stats {
 	__u64 late_log2[VOQ_LATE_BUCKETS];	/* enqueue lateness: bucket k [2^k, 2^(k+1)) ns, 0 also 0 */
 };
 
+/* One interval of this output's XCP ring, laid out as the BPF accumulators' struct
+ * optsw_xcp_slot (ebpf/optswitch.h). Counted at every decision of an arrival for this
+ * output (cut, buffered or dropped, late ones at the instant they are decided) whose
+ * instant t >= E, in interval k = (t - E) / d_e; a slot found holding another interval
+ * (or no packet) is reset to k first. The backlog an arrival finds is what output o has
+ * still to send, in ns of its link at its rate: (out_free[o] - t)^+ (the rest of the
+ * packet being sent to o) + the sum of tau of the packets in VOQ(*, o) (every input),
+ * taken before the arrival's own decision: the BPF's (out_free - a)^+ of an output
+ * buffer, for an input-buffered node. */
+struct tc_voq_xcp_slot {
+	__u64 interval;		/* k of this slot, VOQ_XCP_NONE = never used */
+	__u64 bytes;		/* frame bytes of the arrivals decided for this output in k (dropped included) */
+	__u64 qmin_ns;		/* smallest backlog found by one of them, ns; VOQ_XCP_NONE = none */
+	__u32 packets;		/* arrivals decided for this output in k */
+	__u32 drops;		/* of which dropped */
+};
+
 struct tc_voq_xstats {
 	struct tc_voq_port_stats port;
 	struct tc_voq_node_stats node;
+	struct tc_voq_xcp_slot xcp[VOQ_XCP_SLOTS];	/* this output's XCP ring, slot k & 3 */
 };
 
 #endif /* VOQ_H */

@@ -19,7 +19,15 @@ hold one against the other. What this module adds is *how* the kernel gets there
   "Exactness");
 * a forwarded packet is stamped with its intended arrival at the next node, departure +
   propagation (+ tau if the peer is a host), and released at max(stamp, real time of
-  its departure decision).
+  its departure decision);
+* with an XCP ring configured (``IbConfig.xcp_interval_ns`` d_e > 0, epoch
+  ``xcp_epoch_ns`` E), every output counts the arrivals decided for it per interval
+  k = (t - E) // d_e of their decided instant t and keeps the smallest backlog one of
+  them found (:class:`XcpSlot`; docs/xcp-edge.md, "IB nodes"): what the output still
+  had to send, in ns of its link, (out_free - t)^+ + the taus of the packets in its
+  VOQs of every input, before the arrival's own decision. ``Counters.xcp`` keeps every
+  interval's slot; :meth:`Counters.xcp_ring` is what the kernel's ring of
+  :data:`XCP_SLOTS` shows of them.
 
 Units: times are integer ns (intended or real, both CLOCK_MONOTONIC in the kernel),
 lengths bytes. ``frame_bytes`` is the Ethernet frame without FCS (``qdisc_pkt_len``): a
@@ -42,6 +50,10 @@ VOQ_SPLITS = ("shared", "static")
 LATE_BUCKETS = 48
 #: an event that never comes (compares above every int)
 _INF = math.inf
+#: slots of an output's XCP ring (VOQ_XCP_SLOTS): interval k in slot k % XCP_SLOTS
+XCP_SLOTS = 4
+#: "none" (VOQ_XCP_NONE) in an XCP slot's interval (never used) and qmin_ns (no arrival)
+XCP_NONE = 2**64 - 1
 
 
 @dataclass(frozen=True)
@@ -59,14 +71,18 @@ class PortParams:
 class IbConfig:
     """A node: ``ports`` (one PortParams per port; N = their number), ``buffer_bytes`` B
     per input (IP bytes), ``lookahead_ns`` M (ns, >= 1), ``scheduler`` ("rr" | "islip"),
-    ``voq_split`` ("shared": the input's VOQs share B; "static": B / N per VOQ). Raises
-    ValueError naming the argument, its value and the accepted range."""
+    ``voq_split`` ("shared": the input's VOQs share B; "static": B / N per VOQ),
+    ``xcp_interval_ns`` d_e of the outputs' XCP rings (ns; 0: off) and their epoch
+    ``xcp_epoch_ns`` E (CLOCK_MONOTONIC ns; 0 when off). Raises ValueError naming the
+    argument, its value and the accepted range."""
 
     ports: tuple[PortParams, ...]
     buffer_bytes: int
     lookahead_ns: int
     scheduler: str = "rr"
     voq_split: str = "shared"
+    xcp_epoch_ns: int = 0
+    xcp_interval_ns: int = 0
 
     def __post_init__(self) -> None:
         if not 1 <= len(self.ports) <= 64:
@@ -82,6 +98,11 @@ class IbConfig:
                                       ("voq_split", self.voq_split, VOQ_SPLITS)):
             if value not in accepted:
                 raise ValueError(f"{name}={value!r}: accepted values are {', '.join(accepted)}")
+        if self.xcp_interval_ns < 0 or not 0 <= self.xcp_epoch_ns < XCP_NONE:
+            raise ValueError(f"xcp_interval_ns={self.xcp_interval_ns}, xcp_epoch_ns={self.xcp_epoch_ns}: accepted: "
+                             f"xcp_interval_ns >= 0 and 0 <= xcp_epoch_ns < 2^64 - 1")
+        if not self.xcp_interval_ns and self.xcp_epoch_ns:
+            raise ValueError(f"xcp_epoch_ns={self.xcp_epoch_ns}: accepted: 0 when xcp_interval_ns is 0 (ring off)")
 
     @property
     def n_ports(self) -> int:
@@ -130,6 +151,25 @@ class Decision:
     late: bool
 
 
+@dataclass(frozen=True)
+class XcpSlot:
+    """One interval of an output's XCP ring (``struct tc_voq_xcp_slot``, members in its
+    order): ``interval`` k (XCP_NONE: never used), frame ``bytes`` of the arrivals
+    decided for the output in k (dropped included), ``qmin_ns`` the smallest backlog one
+    of them found (ns of the output's link; XCP_NONE: none), ``packets`` those arrivals,
+    ``drops`` of them dropped."""
+
+    interval: int = XCP_NONE
+    bytes: int = 0
+    qmin_ns: int = XCP_NONE
+    packets: int = 0
+    drops: int = 0
+
+
+#: a slot never used (what a ring holds before its first arrival, and with the ring off)
+EMPTY_XCP_SLOT = XcpSlot()
+
+
 @dataclass
 class Counters:
     """The qdisc's counters (kernel/voq.h, ``struct tc_voq_xstats``), per output port
@@ -138,7 +178,8 @@ class Counters:
     for the node: ``max_node_bytes`` (most IP bytes waiting in all inputs at once),
     ``max_enqueue_late_ns`` (largest real - intended arrival at enqueue), ``late_log2``
     (its histogram), ``max_decision_lag_ns`` (largest real time - (t + M) at which an
-    instant t was decided)."""
+    instant t was decided), and ``xcp``: {(output, interval k): its :class:`XcpSlot`} for
+    every interval an arrival was decided in (ring on)."""
 
     n_ports: int
     cut: list[int] = field(default_factory=list)
@@ -152,11 +193,22 @@ class Counters:
     max_enqueue_late_ns: int = 0
     late_log2: list[int] = field(default_factory=lambda: [0] * LATE_BUCKETS)
     max_decision_lag_ns: int = 0
+    xcp: dict[tuple[int, int], XcpSlot] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("cut", "buffered", "dropped", "late", "decided_after_stamp", "in_dropped", "in_max_bytes"):
             if not getattr(self, name):
                 setattr(self, name, [0] * self.n_ports)
+
+    def xcp_ring(self, out_port: int) -> tuple[XcpSlot, ...]:
+        """Output ``out_port``'s ring as the kernel dumps it now: slot s holds the latest
+        interval k with k % XCP_SLOTS == s (intervals are decided in increasing order),
+        else :data:`EMPTY_XCP_SLOT`."""
+        ring = [EMPTY_XCP_SLOT] * XCP_SLOTS
+        for (o, k), slot in sorted(self.xcp.items()):
+            if o == out_port:
+                ring[k % XCP_SLOTS] = slot
+        return tuple(ring)
 
 
 def late_bucket(late_ns: int) -> int:
@@ -195,6 +247,7 @@ class IbNode:
         self.voq: list[list[deque[_Pkt]]] = [[deque() for _ in range(n)] for _ in range(n)]
         self.voq_bytes = [[0] * n for _ in range(n)]
         self.in_bytes = [0] * n
+        self.out_wait_ns = [0] * n            # per output: taus of the packets in its VOQs (every input)
         self.node_bytes = 0
         self.waiting = 0
         self.in_free = [0] * n
@@ -271,16 +324,19 @@ class IbNode:
 
     def _arrive(self, p: _Pkt, t: int, now_ns: int) -> None:
         i, o, cfg = p.in_port, p.out_port, self.config
+        backlog = max(0, self.out_free[o] - t) + self.out_wait_ns[o]
         # (the empty-VOQ test is the rule; after a maximal scheduling pass a free input
         # and a free output never leave a packet waiting between them, so it never decides)
         if self.in_free[i] <= t and self.out_free[o] <= t and not self.voq[i][o]:
             self.counters.cut[o] += 1
+            self._xcp_account(p, t, backlog, False)
             self._depart(p, t, now_ns, "cut")
             return
         if cfg.voq_split == "shared":
             room = self.in_bytes[i] + p.ip_bytes <= cfg.buffer_bytes
         else:
             room = (self.voq_bytes[i][o] + p.ip_bytes) * cfg.n_ports <= cfg.buffer_bytes
+        self._xcp_account(p, t, backlog, not room)
         if not room:
             self.counters.dropped[o] += 1
             self.counters.in_dropped[i] += 1
@@ -288,6 +344,7 @@ class IbNode:
             return
         self.voq[i][o].append(p)
         self.voq_bytes[i][o] += p.ip_bytes
+        self.out_wait_ns[o] += self._tau(p.frame_bytes, o)
         self.in_bytes[i] += p.ip_bytes
         self.node_bytes += p.ip_bytes
         self.waiting += 1
@@ -295,6 +352,18 @@ class IbNode:
         c.buffered[o] += 1
         c.in_max_bytes[i] = max(c.in_max_bytes[i], self.in_bytes[i])
         c.max_node_bytes = max(c.max_node_bytes, self.node_bytes)
+
+    def _xcp_account(self, p: _Pkt, t: int, backlog_ns: int, dropped: bool) -> None:
+        """``p``, decided for its output at instant t having found ``backlog_ns``, into
+        the slot of interval (t - E) // d_e (ring on, t >= E): a slot of another interval
+        restarts (the kernel's ``voq_xcp_account``)."""
+        cfg = self.config
+        if not cfg.xcp_interval_ns or t < cfg.xcp_epoch_ns:
+            return
+        key = (p.out_port, (t - cfg.xcp_epoch_ns) // cfg.xcp_interval_ns)
+        s = self.counters.xcp.get(key, EMPTY_XCP_SLOT)
+        self.counters.xcp[key] = XcpSlot(key[1], s.bytes + p.frame_bytes, min(s.qmin_ns, backlog_ns), s.packets + 1,
+                                         s.drops + dropped)
 
     def _depart(self, p: _Pkt, t: int, now_ns: int, kind: str) -> None:
         """``p``'s head leaves at t: both its ports busy for tau, stamped, to its output's
@@ -310,6 +379,7 @@ class IbNode:
     def _serve(self, i: int, o: int, t: int, now_ns: int) -> None:
         p = self.voq[i][o].popleft()
         self.voq_bytes[i][o] -= p.ip_bytes
+        self.out_wait_ns[o] -= self._tau(p.frame_bytes, o)
         self.in_bytes[i] -= p.ip_bytes
         self.node_bytes -= p.ip_bytes
         self.waiting -= 1

@@ -14,7 +14,13 @@ the module that provides it and its fabric mechanism.
   checked against the node's links (DefinitionError naming key, value and range).
 * :func:`install` / :func:`remove` / :func:`read` / :func:`read_ports` put the qdisc on
   a device, take it off and read options and counters back, through rtnetlink
-  in-process (:mod:`testbed.optical.qdiscnl`: ``tc`` has no parser for this qdisc).
+  in-process (:mod:`testbed.optical.qdiscnl`: ``tc`` has no parser for this qdisc);
+  :func:`change` gives a live qdisc another XCP epoch and interval.
+* The XCP ring (docs/xcp-edge.md, "IB nodes"): with ``IbConfig.xcp_interval_ns`` set,
+  each output's qdisc counts, per control interval, the arrivals decided for it and the
+  smallest backlog one of them found (:class:`~testbed.optical.ibsched.XcpSlot`,
+  ``struct tc_voq_xcp_slot``), dumped with its counters (``QdiscState.xcp``,
+  :func:`unpack_xcp_ring`): the XCP agent's persistent queue Q of an ib node.
 * :data:`QDISC_MODULE` (``kernel/sch_voq.ko``), loaded into the run's ledger.
 * :data:`VOQ`, the mechanism (:class:`VoqQdisc`): a voq qdisc on every port of the node,
   released packets stamped with their intended arrival at the next node (so the peer
@@ -29,7 +35,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,15 +43,17 @@ from testbed.errors import DefinitionError
 from testbed.features import Feature
 from testbed.ledger import Ledger
 from testbed.optical import layout, qdiscnl
-from testbed.optical.ibsched import SCHEDULERS, VOQ_SPLITS, IbConfig, PortParams
+from testbed.optical.ibsched import SCHEDULERS, VOQ_SPLITS, XCP_NONE, XCP_SLOTS, IbConfig, PortParams, XcpSlot
 from testbed.optical.mechanisms import HOLDING, Mechanism, NodeContext, Realisation
 
 MODULE_NAME = "sch_voq"
 KIND = "voq"
 #: the constants of kernel/voq.h (tests/unit/test_voq.py compares them with the header)
-VERSION = 1
+VERSION = 2
 MAX_PORTS = 64
 LATE_BUCKETS = 48
+#: XCP ring: slots per output (VOQ_XCP_SLOTS) and "none" (VOQ_XCP_NONE), as ibsched's
+XCP_RING_SLOTS, XCP_RING_NONE = XCP_SLOTS, XCP_NONE
 F_PEER_HOST = 0x1
 #: what the optical switch's programs leave in skb->cb for a held packet: cb[CB_DECISION]
 #: = OPTSW_HOLD (the egress program), cb[CB_IN_PORT] = the input port (the ingress program)
@@ -58,6 +66,9 @@ LOOKAHEAD_BOUNDS = (1, 3_600_000_000_000)
 PS_PER_BYTE_BOUNDS = (1, 8_000_000_000)
 PROP_BOUNDS = (0, 3_600_000_000_000)
 PORTS_BOUNDS = (1, MAX_PORTS)
+#: the XCP ring's d_e (0: off) and epoch E (ns)
+XCP_INTERVAL_BOUNDS = (0, 3_600_000_000_000)
+XCP_EPOCH_BOUNDS = (0, 2**64 - 2)
 
 #: M when the switch names none (emulation ns): docs/ib-holding.md, "Choosing M": about
 #: 50 times the worst lateness measured in the guest (17 us) and below every link of E5's
@@ -69,9 +80,10 @@ DEFAULT_LIMIT = 1_000_000
 #: struct tc_voq_qopt: (member, C type) in order
 QOPT_MEMBERS = (("version", "u32"), ("node_id", "u32"), ("n_ports", "u32"), ("port", "u32"), ("scheduler", "u32"),
                 ("voq_split", "u32"), ("flags", "u32"), ("limit", "u32"), ("buffer_bytes", "u64"),
-                ("lookahead_ns", "u64"), ("ps_per_byte", "u64"), ("prop_ns", "u64"))
+                ("lookahead_ns", "u64"), ("ps_per_byte", "u64"), ("prop_ns", "u64"), ("xcp_epoch_ns", "u64"),
+                ("xcp_interval_ns", "u64"))
 _QOPT = struct.Struct("=" + "".join("I" if t == "u32" else "Q" for _, t in QOPT_MEMBERS))
-QOPT_SIZE = _QOPT.size                                                   # 64
+QOPT_SIZE = _QOPT.size                                                   # 80
 
 
 class VoqError(qdiscnl.QdiscError):
@@ -90,7 +102,8 @@ def _check(name: str, value: object, bounds: tuple[int, int], unit: str = "") ->
 class Qopt:
     """``struct tc_voq_qopt``, the options of one voq qdisc, as the kernel takes and
     dumps them (codes, not names: ``scheduler`` an index of ibsched.SCHEDULERS,
-    ``voq_split`` of ibsched.VOQ_SPLITS, ``flags`` F_PEER_HOST)."""
+    ``voq_split`` of ibsched.VOQ_SPLITS, ``flags`` F_PEER_HOST; ``xcp_epoch_ns`` and
+    ``xcp_interval_ns`` the XCP ring's E and d_e, 0 and 0: off)."""
 
     version: int
     node_id: int
@@ -104,9 +117,11 @@ class Qopt:
     lookahead_ns: int
     ps_per_byte: int
     prop_ns: int
+    xcp_epoch_ns: int = 0
+    xcp_interval_ns: int = 0
 
     def pack(self) -> bytes:
-        """The TCA_OPTIONS payload (host byte order, 64 bytes)."""
+        """The TCA_OPTIONS payload (host byte order, 80 bytes)."""
         return _QOPT.pack(*(getattr(self, name) for name, _ in QOPT_MEMBERS))
 
     @classmethod
@@ -139,6 +154,8 @@ class VoqOptions:
         for i, p in enumerate(c.ports):
             _check(f"port {i} ps_per_byte", p.ps_per_byte, PS_PER_BYTE_BOUNDS, " ps per byte")
             _check(f"port {i} prop_ns", p.prop_ns, PROP_BOUNDS, " ns")
+        _check("xcp_interval_ns", c.xcp_interval_ns, XCP_INTERVAL_BOUNDS, " ns (0: XCP ring off)")
+        _check("xcp_epoch_ns", c.xcp_epoch_ns, XCP_EPOCH_BOUNDS, " ns")
 
     @property
     def n_ports(self) -> int:
@@ -150,7 +167,13 @@ class VoqOptions:
         c, p = self.config, self.config.ports[port]
         return Qopt(VERSION, self.node_id, c.n_ports, port, SCHEDULERS.index(c.scheduler),
                     VOQ_SPLITS.index(c.voq_split), F_PEER_HOST if p.peer_host else 0, self.limit, c.buffer_bytes,
-                    c.lookahead_ns, p.ps_per_byte, p.prop_ns)
+                    c.lookahead_ns, p.ps_per_byte, p.prop_ns, c.xcp_epoch_ns, c.xcp_interval_ns)
+
+    def with_xcp(self, epoch_ns: int, interval_ns: int) -> "VoqOptions":
+        """These options with the XCP ring at epoch ``epoch_ns`` E and interval
+        ``interval_ns`` d_e (emulation ns; 0, 0: off). Raises VoqError out of the
+        module's range, ValueError for an epoch with the ring off."""
+        return replace(self, config=replace(self.config, xcp_epoch_ns=epoch_ns, xcp_interval_ns=interval_ns))
 
 
 def lookahead_range(context: NodeContext) -> tuple[int, int]:
@@ -243,26 +266,47 @@ class NodeStats:
 
 
 #: the u64 members of struct tc_voq_port_stats and of struct tc_voq_node_stats before
-#: its late_log2[LATE_BUCKETS], in order (struct tc_voq_xstats is one of each)
+#: its late_log2[LATE_BUCKETS], in order (struct tc_voq_xstats is one of each, then the
+#: XCP ring)
 PORT_STATS_MEMBERS = tuple(f.name for f in fields(PortStats))
 NODE_STATS_MEMBERS = tuple(f.name for f in fields(NodeStats))[:-1]
-XSTATS_SIZE = 8 * (len(PORT_STATS_MEMBERS) + len(NODE_STATS_MEMBERS) + LATE_BUCKETS)   # 592
+#: struct tc_voq_xcp_slot: (member, C type) in order (ibsched.XcpSlot's fields)
+XCP_SLOT_MEMBERS = (("interval", "u64"), ("bytes", "u64"), ("qmin_ns", "u64"), ("packets", "u32"),
+                    ("drops", "u32"))
+_XCP_SLOT = struct.Struct("=" + "".join("I" if t == "u32" else "Q" for _, t in XCP_SLOT_MEMBERS))   # 32 B
+#: offset of the ring (tc_voq_xstats.xcp) and the size of the whole struct
+XCP_RING_OFFSET = 8 * (len(PORT_STATS_MEMBERS) + len(NODE_STATS_MEMBERS) + LATE_BUCKETS)           # 592
+XSTATS_SIZE = XCP_RING_OFFSET + XCP_RING_SLOTS * _XCP_SLOT.size                                    # 720
+
+
+def _xstats_size(data: bytes) -> None:
+    if len(data) != XSTATS_SIZE:
+        raise VoqError(f"voq counters are {len(data)} bytes, expected {XSTATS_SIZE}")
 
 
 def unpack_xstats(data: bytes) -> tuple[PortStats, NodeStats]:
-    """Decode ``struct tc_voq_xstats``. Raises VoqError unless it is XSTATS_SIZE bytes."""
-    if len(data) != XSTATS_SIZE:
-        raise VoqError(f"voq counters are {len(data)} bytes, expected {XSTATS_SIZE}")
-    vals = struct.unpack(f"={XSTATS_SIZE // 8}Q", data)
+    """The port and node counters of ``struct tc_voq_xstats`` (the XCP ring:
+    :func:`unpack_xcp_ring`). Raises VoqError unless it is XSTATS_SIZE bytes."""
+    _xstats_size(data)
+    vals = struct.unpack_from(f"={XCP_RING_OFFSET // 8}Q", data)
     n_port, n_node = len(PORT_STATS_MEMBERS), len(NODE_STATS_MEMBERS)
     return PortStats(*vals[:n_port]), NodeStats(*vals[n_port:n_port + n_node], tuple(vals[n_port + n_node:]))
+
+
+def unpack_xcp_ring(data: bytes) -> tuple[XcpSlot, ...]:
+    """The XCP ring of ``struct tc_voq_xstats``: XCP_RING_SLOTS slots, interval k in slot
+    k % XCP_RING_SLOTS, the kernel's values as they are (XCP_RING_NONE for "never used" /
+    "no arrival"). Raises VoqError unless it is XSTATS_SIZE bytes."""
+    _xstats_size(data)
+    return tuple(XcpSlot(*_XCP_SLOT.unpack_from(data, XCP_RING_OFFSET + k * _XCP_SLOT.size))
+                 for k in range(XCP_RING_SLOTS))
 
 
 @dataclass(frozen=True)
 class QdiscState:
     """What the kernel reports for one voq qdisc: its options, its port's and its
-    node's counters, and the generic counters (packets and bytes released, packets
-    held now)."""
+    node's counters, the generic counters (packets and bytes released, packets held
+    now) and its output's XCP ring (:func:`unpack_xcp_ring`)."""
 
     qopt: Qopt
     port: PortStats
@@ -270,6 +314,7 @@ class QdiscState:
     sent_packets: int
     sent_bytes: int
     qlen: int
+    xcp: tuple[XcpSlot, ...] = ()
 
 
 # -- rtnetlink (testbed.optical.qdiscnl) and the module ----------------------------------------
@@ -294,19 +339,37 @@ def remove(dev: str, netns: str | None) -> None:
     qdiscnl.delete_root(dev, netns, VoqError)
 
 
+def change(dev: str, netns: str | None, qopt: Qopt, session: qdiscnl.Session | None = None) -> None:
+    """Give the live voq root qdisc of ``dev`` the options ``qopt`` (``RTM_NEWQDISC``
+    without create: the qdisc's change), on ``session`` (of ``netns``) when given: only
+    ``xcp_epoch_ns`` and ``xcp_interval_ns`` may differ from its own (its XCP ring then
+    restarts, every slot never used; its packets and other counters stay). Raises
+    VoqError with the kernel's message (another option changed, values out of range, no
+    voq qdisc there)."""
+    payload = qdiscnl.attr(qdiscnl.TCA_KIND, KIND.encode() + b"\0") + qdiscnl.attr(qdiscnl.TCA_OPTIONS, qopt.pack())
+    try:
+        qdiscnl.device_request(dev, netns, qdiscnl.RTM_NEWQDISC, qdiscnl.NLM_F_ACK, payload, VoqError, session)
+    except VoqError as exc:
+        raise VoqError(f"changing {KIND} on {dev} in {netns or 'the root namespace'}: {exc.args[0]}",
+                       exc.errno) from None
+
+
 def _state(q: qdiscnl.RootQdisc) -> QdiscState:
     port, node = unpack_xstats(q.app)
-    return QdiscState(Qopt.unpack(q.options), port, node, q.packets, q.bytes, q.qlen)
+    return QdiscState(Qopt.unpack(q.options), port, node, q.packets, q.bytes, q.qlen, unpack_xcp_ring(q.app))
 
 
-def read(dev: str, netns: str | None) -> QdiscState:
-    """Options and counters of the voq root qdisc of ``dev``. Raises VoqError."""
-    return _state(qdiscnl.dump_root(dev, netns, KIND, VoqError))
+def read(dev: str, netns: str | None, session: qdiscnl.Session | None = None) -> QdiscState:
+    """Options and counters of the voq root qdisc of ``dev`` (on ``session``, a
+    session of ``netns``, when given). Raises VoqError."""
+    return _state(qdiscnl.dump_root(dev, netns, KIND, VoqError, session))
 
 
-def read_ports(devs: Sequence[str], netns: str | None) -> dict[str, QdiscState]:
-    """{device: :func:`read` of it} for ``devs`` of one namespace, from one dump."""
-    return {dev: _state(q) for dev, q in qdiscnl.dump_roots(devs, netns, KIND, VoqError).items()}
+def read_ports(devs: Sequence[str], netns: str | None,
+               session: qdiscnl.Session | None = None) -> dict[str, QdiscState]:
+    """{device: :func:`read` of it} for ``devs`` of one namespace, from one dump (on
+    ``session`` when given)."""
+    return {dev: _state(q) for dev, q in qdiscnl.dump_roots(devs, netns, KIND, VoqError, session).items()}
 
 
 #: the module providing the qdisc (kernel/sch_voq.ko)

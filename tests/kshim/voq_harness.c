@@ -1,6 +1,6 @@
 /* Drives kernel/sch_voq.c (compiled as is, against tests/kshim/kshim.h) from Python
  * (tests/unit/test_voq_kernel.py, ctypes): the qdisc ops of the member qdiscs of a node
- * (add with packed struct tc_voq_qopt options, delete, reset, enqueue with the optical
+ * (add with packed struct tc_voq_qopt options, change, delete, reset, enqueue with the optical
  * switch's cb words and stamp, dequeue, dump_stats), the node's timer, the members'
  * watchdogs, the kicks (__netif_schedule) and the skbs freed. */
 #include "sch_voq.c"
@@ -47,6 +47,20 @@ int h_add(int ns, int port, const void *opt, int optlen, char *msg, int msglen)
 	else
 		free(s);	/* (leaks the membership on purpose: only for refusal tests) */
 	return 0;
+}
+
+/* Change the qdisc of port `port` (namespace 0) to options `opt`: 0 or -errno (msg: extack). */
+int h_change(int port, const void *opt, int optlen, char *msg, int msglen)
+{
+	struct { struct nlattr a; char d[256]; } at;
+	struct netlink_ext_ack ext = { 0 };
+	int err;
+
+	at.a.nla_len = 4 + optlen;
+	memcpy(at.d, opt, optlen);
+	err = shim_ops->change(qd[port], &at.a, &ext);
+	snprintf(msg, msglen, "%s", ext.msg ? ext.msg : "");
+	return err;
 }
 
 void h_del(int port) { shim_ops->destroy(qd[port]); free(qd[port]); qd[port] = NULL; }

@@ -1,7 +1,9 @@
 """The kernel's IB algorithm in Python (testbed.optical.ibsched, docs/ib-holding.md)
 against the independent reference node (testbed.optical.ramsim, IB) packet for packet,
 and its lookahead rule: lateness below M changes nothing, lateness that lets a later
-instant be decided first is counted."""
+instant be decided first is counted. The outputs' XCP rings (docs/xcp-edge.md, "IB
+nodes") against the backlogs derived from ramsim's outcomes alone
+(tests/voq_xcp_reference.py) and by hand."""
 
 from __future__ import annotations
 
@@ -11,7 +13,9 @@ import pytest
 
 from optical_ram_cases import ACK, DATA, PS, ram_trace
 from testbed.optical import ramsim
-from testbed.optical.ibsched import ETH_HLEN, Arrival, IbConfig, PortParams, late_bucket, run
+from testbed.optical.ibsched import (EMPTY_XCP_SLOT, ETH_HLEN, XCP_NONE, Arrival, IbConfig, PortParams, XcpSlot,
+                                     late_bucket, run)
+from voq_xcp_reference import backlogs, ring_slots
 
 T = DATA * PS // 1000           # a 1514 B frame at 1 Gb/s: 12112 ns
 M = 50_000                      # lookahead used unless a test says otherwise (ns)
@@ -251,7 +255,82 @@ def test_late_histogram_buckets():
     assert [late_bucket(v) for v in (0, 1, 2, 3, 4, 1023, 1024, 2**60)] == [0, 0, 1, 1, 2, 9, 10, 47]
 
 
+# --- the XCP ring ------------------------------------------------------------------------------
+
+def test_xcp_ring_by_hand_the_papers_five_packets_and_one_more():
+    """Five packets for output 0 at 0 from inputs 1..5 (B one packet): each finds what
+    the ones before it left for output 0: 0 (cut through), T (the first being sent),
+    2T, 3T, 4T (T more per packet waiting in a VOQ): interval 0's minimum is 0. Input 0
+    -> 0 at 2.5 T (interval 1 of d_e = 2 T) finds the packet served at 2 T half sent
+    and those of inputs 4, 5 waiting: 2.5 T. With E = T the five are before the epoch
+    and the sixth falls in interval 0. Output 1 has no arrival: its ring stays empty."""
+    trace = [ramsim.Packet(0, DATA, i, 0) for i in range(1, 6)] + [ramsim.Packet(5 * T // 2, DATA, 0, 0)]
+    cfg = IbConfig.uniform(6, PS, 1500, M, xcp_epoch_ns=0, xcp_interval_ns=2 * T)
+    dec, c = run(arrivals(trace), cfg)
+    assert outcomes(dec)[5] == ("buffered", 5 * T)
+    assert c.xcp == {(0, 0): XcpSlot(0, 5 * DATA, 0, 5, 0), (0, 1): XcpSlot(1, DATA, 5 * T // 2, 1, 0)}
+    assert c.xcp_ring(0) == (XcpSlot(0, 5 * DATA, 0, 5, 0), XcpSlot(1, DATA, 5 * T // 2, 1, 0),
+                             EMPTY_XCP_SLOT, EMPTY_XCP_SLOT)
+    assert c.xcp_ring(1) == (EMPTY_XCP_SLOT,) * 4 and EMPTY_XCP_SLOT == XcpSlot(XCP_NONE, 0, XCP_NONE, 0, 0)
+    _, c = run(arrivals(trace), IbConfig.uniform(6, PS, 1500, M, xcp_epoch_ns=T, xcp_interval_ns=2 * T))
+    assert c.xcp == {(0, 0): XcpSlot(0, DATA, 5 * T // 2, 1, 0)}
+    _, c = run(arrivals(trace), IbConfig.uniform(6, PS, 1500, M))          # ring off
+    assert c.xcp == {} and c.xcp_ring(0) == (EMPTY_XCP_SLOT,) * 4
+    # B = 0: four dropped, each having found the first one's rest: T
+    _, c = run(arrivals(trace[:5]), IbConfig.uniform(6, PS, 0, M, xcp_interval_ns=2 * T))
+    assert c.xcp == {(0, 0): XcpSlot(0, 5 * DATA, 0, 5, 4)}
+
+
+def test_xcp_ring_reuses_a_slot_four_intervals_on():
+    """One packet per interval on output 1: the ring keeps the last four intervals, slot
+    k % 4."""
+    trace = [ramsim.Packet(k * 10 * T, DATA, 0, 1) for k in range(7)]
+    _, c = run(arrivals(trace), IbConfig.uniform(3, PS, 1500, M, xcp_interval_ns=10 * T))
+    assert sorted(c.xcp) == [(1, k) for k in range(7)]
+    assert [s.interval for s in c.xcp_ring(1)] == [4, 5, 6, 3]
+
+
+@pytest.mark.parametrize("scheduler", ["rr", "islip"])
+@pytest.mark.parametrize("voq_split", ["shared", "static"])
+@pytest.mark.parametrize("b", [0, 1500, 4500, 1_000_000])
+def test_xcp_ring_equals_the_backlogs_of_ramsims_node(scheduler, voq_split, b):
+    """Every (output, interval) slot of the mirror (bytes, packets, drops, smallest
+    backlog) equals the one derived from ramsim's outcomes alone, on saturated traces
+    and on slotted ones (simultaneous events), with an epoch inside the trace."""
+    traces = [(ram_trace(11, 2000, 4, 0.9), 4), (slotted_trace(12, 5, 300, 0.7), 5)]
+    for trace, n in traces:
+        ref = reference(trace, n, b, scheduler=scheduler, voq_split=voq_split)
+        pk = [ramsim.Packet(p.arrival_ns, p.length - ETH_HLEN, p.in_port, p.out_port, wire_bytes=p.length)
+              for p in trace]
+        epoch, d_e = trace[len(trace) // 10].arrival_ns + 17, 7 * T + 3
+        cfg = IbConfig.uniform(n, PS, b, M, scheduler=scheduler, voq_split=voq_split, xcp_epoch_ns=epoch,
+                               xcp_interval_ns=d_e)
+        _, c = run(arrivals(trace), cfg)
+        found = backlogs(pk, ref, PS)
+        want = ring_slots(pk, ref, found, epoch, d_e)
+        assert c.xcp == want
+        # not trivial: arrivals find queues (a data packet waiting where one fits), and with a
+        # large B some output stays backlogged through a whole interval
+        assert len(want) > 40 and min(s.qmin_ns for s in want.values()) == 0
+        room = b if voq_split == "shared" else b // n          # one VOQ's share of B
+        assert max(found) > (T if room >= DATA else 0)
+        assert b < 10**6 or max(s.qmin_ns for s in want.values()) > T
+
+
+def test_xcp_ring_of_late_packets_is_the_decided_instants():
+    """A packet counted late is decided at the last decided instant, and its slot is
+    that instant's interval (the kernel's rule; the BPF counts by intended arrival)."""
+    m = 1_000
+    trace = [ramsim.Packet(0, DATA, 0, 2), ramsim.Packet(10 * T, DATA, 1, 2)]
+    late = [50 * T, 0]                      # the first reaches the node after 10 T + M was decided
+    dec, c = run(arrivals(trace, late), IbConfig.uniform(3, PS, 1500, m, xcp_interval_ns=5 * T))
+    assert dec[0].late and c.late == [0, 0, 1]
+    assert c.xcp == {(2, 2): XcpSlot(2, 2 * DATA, 0, 2, 0)}
+
+
 @pytest.mark.parametrize("kwargs, match", [
+    ({"xcp_interval_ns": -1}, "xcp_interval_ns=-1"),
+    ({"xcp_epoch_ns": 5}, "xcp_epoch_ns=5: accepted: 0 when xcp_interval_ns is 0"),
     ({"buffer_bytes": -1}, "buffer_bytes=-1"),
     ({"lookahead_ns": 0}, "lookahead_ns=0"),
     ({"scheduler": "pim"}, "scheduler='pim'"),

@@ -12,6 +12,7 @@ import re
 import shutil
 import struct
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -69,6 +70,7 @@ int main(void)
 	M(tc_voq_qopt, version); M(tc_voq_qopt, node_id); M(tc_voq_qopt, n_ports); M(tc_voq_qopt, port);
 	M(tc_voq_qopt, scheduler); M(tc_voq_qopt, voq_split); M(tc_voq_qopt, flags); M(tc_voq_qopt, limit);
 	M(tc_voq_qopt, buffer_bytes); M(tc_voq_qopt, lookahead_ns); M(tc_voq_qopt, ps_per_byte); M(tc_voq_qopt, prop_ns);
+	M(tc_voq_qopt, xcp_epoch_ns); M(tc_voq_qopt, xcp_interval_ns);
 	first = 0;
 	printf("}, \"port\": {");
 	M(tc_voq_port_stats, arrivals); M(tc_voq_port_stats, cut); M(tc_voq_port_stats, buffered);
@@ -85,17 +87,23 @@ int main(void)
 	M(tc_voq_node_stats, pending); M(tc_voq_node_stats, members); M(tc_voq_node_stats, late_log2);
 	first = 0;
 	printf("}, \"xstats\": {");
-	M(tc_voq_xstats, port); M(tc_voq_xstats, node);
-	printf("}, \"sizes\": {\"qopt\": %zu, \"xstats\": %zu}, ", sizeof(struct tc_voq_qopt), sizeof(struct tc_voq_xstats));
+	M(tc_voq_xstats, port); M(tc_voq_xstats, node); M(tc_voq_xstats, xcp);
+	first = 0;
+	printf("}, \"xcp_slot\": {");
+	M(tc_voq_xcp_slot, interval); M(tc_voq_xcp_slot, bytes); M(tc_voq_xcp_slot, qmin_ns); M(tc_voq_xcp_slot, packets);
+	M(tc_voq_xcp_slot, drops);
+	printf("}, \"sizes\": {\"qopt\": %zu, \"xstats\": %zu, \"xcp_slot\": %zu}, ", sizeof(struct tc_voq_qopt),
+	       sizeof(struct tc_voq_xstats), sizeof(struct tc_voq_xcp_slot));
 	printf("\"defines\": {\"VOQ_VERSION\": %d, \"VOQ_MAX_PORTS\": %d, \"VOQ_LATE_BUCKETS\": %d, "
 	       "\"VOQ_SCHED_RR\": %d, \"VOQ_SCHED_ISLIP\": %d, \"VOQ_SPLIT_SHARED\": %d, \"VOQ_SPLIT_STATIC\": %d, "
 	       "\"VOQ_F_PEER_HOST\": %d, \"VOQ_CB_DECISION\": %d, \"VOQ_CB_IN_PORT\": %d, \"VOQ_OPTSW_HOLD\": %d, "
 	       "\"VOQ_ETH_HLEN\": %d, \"VOQ_LIMIT_MAX\": %llu, \"VOQ_BUFFER_MAX\": %llu, \"VOQ_TIME_MAX\": %llu, "
-	       "\"VOQ_PS_PER_BYTE_MAX\": %llu}}\n",
+	       "\"VOQ_PS_PER_BYTE_MAX\": %llu, \"VOQ_XCP_SLOTS\": %d, \"VOQ_XCP_NONE\": %llu}}\n",
 	       VOQ_VERSION, VOQ_MAX_PORTS, VOQ_LATE_BUCKETS, VOQ_SCHED_RR, VOQ_SCHED_ISLIP, VOQ_SPLIT_SHARED,
 	       VOQ_SPLIT_STATIC, VOQ_F_PEER_HOST, VOQ_CB_DECISION, VOQ_CB_IN_PORT, VOQ_OPTSW_HOLD, VOQ_ETH_HLEN,
 	       (unsigned long long)VOQ_LIMIT_MAX, (unsigned long long)VOQ_BUFFER_MAX,
-	       (unsigned long long)VOQ_TIME_MAX, (unsigned long long)VOQ_PS_PER_BYTE_MAX);
+	       (unsigned long long)VOQ_TIME_MAX, (unsigned long long)VOQ_PS_PER_BYTE_MAX, VOQ_XCP_SLOTS,
+	       (unsigned long long)VOQ_XCP_NONE);
 	return 0;
 }
 """
@@ -128,6 +136,11 @@ def test_constants_and_bounds_are_the_headers(c_layout):
     assert (voq.LIMIT_BOUNDS[1], voq.BUFFER_BOUNDS[1], voq.LOOKAHEAD_BOUNDS[1], voq.PROP_BOUNDS[1],
             voq.PS_PER_BYTE_BOUNDS[1]) == (d["VOQ_LIMIT_MAX"], d["VOQ_BUFFER_MAX"], d["VOQ_TIME_MAX"],
                                            d["VOQ_TIME_MAX"], d["VOQ_PS_PER_BYTE_MAX"])
+    assert (voq.XCP_RING_SLOTS, voq.XCP_RING_NONE, voq.XCP_INTERVAL_BOUNDS[1]) == (
+        d["VOQ_XCP_SLOTS"], d["VOQ_XCP_NONE"], d["VOQ_TIME_MAX"])
+    assert (ibsched.XCP_SLOTS, ibsched.XCP_NONE) == (voq.XCP_RING_SLOTS, voq.XCP_RING_NONE)
+    # the ring's layout and "none" are the BPF accumulators' (ebpf/optswitch.h)
+    assert (voq.XCP_RING_SLOTS, voq.XCP_RING_NONE) == (layout.XCP_SLOTS, layout.XCP_NONE)
     # the registry's B bound is the module's
     assert REGISTRY.get("ib").params[0].hi == d["VOQ_BUFFER_MAX"]
 
@@ -136,14 +149,14 @@ def test_options_pack_member_by_member_as_the_header_lays_them_out(c_layout):
     """Each member holds its own distinct value at its C offset and size."""
     members = c_layout["qopt"]
     assert [m for m, _ in voq.QOPT_MEMBERS] == list(members) == [f for f in voq.Qopt.__dataclass_fields__]
-    assert voq.QOPT_SIZE == c_layout["sizes"]["qopt"] == 64
+    assert voq.QOPT_SIZE == c_layout["sizes"]["qopt"] == 80
     values = {m: (k + 1) * 0x01010101 + (0x1_0000_0000 * (k + 1) if size == 8 else 0)
               for k, (m, (_, size)) in enumerate(members.items())}
     raw = voq.Qopt(**values).pack()
     for m, (off, size) in members.items():
         assert int.from_bytes(raw[off:off + size], "little") == values[m], m
     assert voq.Qopt.unpack(raw) == voq.Qopt(**values)
-    with pytest.raises(voq.VoqError, match="voq options are 63 bytes, expected 64"):
+    with pytest.raises(voq.VoqError, match="voq options are 79 bytes, expected 80"):
         voq.Qopt.unpack(raw[:-1])
 
 
@@ -163,10 +176,26 @@ def test_counters_unpack_member_by_member_as_the_header_lays_them_out(c_layout):
         else:
             want_node[m] = 2000 + k
             struct.pack_into("<Q", raw, node_off + off, want_node[m])
+    ring_off, (_, ring_size) = c_layout["xstats"]["xcp"][0], c_layout["xstats"]["xcp"]
+    slot = c_layout["xcp_slot"]
+    assert [m for m, _ in voq.XCP_SLOT_MEMBERS] == list(slot) == [f for f in ibsched.XcpSlot.__dataclass_fields__]
+    assert [size for _, (_, size) in slot.items()] == [4 if t == "u32" else 8 for _, t in voq.XCP_SLOT_MEMBERS]
+    assert voq.XCP_RING_OFFSET == ring_off and ring_size == voq.XCP_RING_SLOTS * c_layout["sizes"]["xcp_slot"]
+    want_ring = []
+    for k in range(voq.XCP_RING_SLOTS):
+        vals = {m: 3000 + 10 * k + j for j, m in enumerate(slot)}
+        for m, (off, size) in slot.items():
+            struct.pack_into("<I" if size == 4 else "<Q", raw, ring_off + k * c_layout["sizes"]["xcp_slot"] + off,
+                             vals[m])
+        want_ring.append(ibsched.XcpSlot(**vals))
     port, node = voq.unpack_xstats(bytes(raw))
     assert port == voq.PortStats(**want_port) and node == voq.NodeStats(**want_node)
-    with pytest.raises(voq.VoqError, match="expected 592"):
+    assert voq.unpack_xcp_ring(bytes(raw)) == tuple(want_ring)
+    assert voq.XSTATS_SIZE == 720
+    with pytest.raises(voq.VoqError, match="expected 720"):
         voq.unpack_xstats(bytes(raw[:-8]))
+    with pytest.raises(voq.VoqError, match="expected 720"):
+        voq.unpack_xcp_ring(bytes(raw[:-8]))
 
 
 # ---- options: bounds, the node's options from its context ----
@@ -180,8 +209,15 @@ def _config(**over) -> ibsched.IbConfig:
 
 def test_qopt_of_each_port():
     opts = voq.VoqOptions(7, _config(scheduler="islip", voq_split="static"), limit=99)
-    assert opts.qopt(0) == voq.Qopt(1, 7, 2, 0, 1, 1, voq.F_PEER_HOST, 99, 1500, 1_000_000, PS_20, 2_000_000)
-    assert opts.qopt(1) == voq.Qopt(1, 7, 2, 1, 1, 1, 0, 99, 1500, 1_000_000, PS_20, 14_000_000)
+    assert opts.qopt(0) == voq.Qopt(2, 7, 2, 0, 1, 1, voq.F_PEER_HOST, 99, 1500, 1_000_000, PS_20, 2_000_000, 0, 0)
+    assert opts.qopt(1) == voq.Qopt(2, 7, 2, 1, 1, 1, 0, 99, 1500, 1_000_000, PS_20, 14_000_000, 0, 0)
+    # the XCP ring's E and d_e, given to every port (all of the node's outputs are XCP's)
+    x = opts.with_xcp(123_456_789, 1_000_000_000)
+    assert [x.qopt(p) for p in (0, 1)] == [replace(opts.qopt(p), xcp_epoch_ns=123_456_789,
+                                                   xcp_interval_ns=1_000_000_000) for p in (0, 1)]
+    assert x.with_xcp(0, 0) == opts
+    with pytest.raises(ValueError, match="xcp_epoch_ns=5: accepted: 0 when xcp_interval_ns is 0"):
+        opts.with_xcp(5, 0)
     with pytest.raises(voq.VoqError, match=r"voq port=2 out of range: an integer 0\.\.1"):
         opts.qopt(2)
 
@@ -193,6 +229,8 @@ def test_qopt_of_each_port():
     ({"config": _config(lookahead_ns=3_600_000_000_001)}, r"lookahead_ns=3600000000001 .* 1\.\.3600000000000 ns"),
     ({"config": _config(ports=(ibsched.PortParams(8_000_000_001),))}, r"port 0 ps_per_byte=8000000001 .* 1\.\.8000000000"),
     ({"config": _config(ports=(ibsched.PortParams(1, 3_600_000_000_001),))}, r"port 0 prop_ns=3600000000001"),
+    ({"config": _config(xcp_interval_ns=3_600_000_000_001)},
+     r"voq xcp_interval_ns=3600000000001 out of range: an integer 0\.\.3600000000000 ns \(0: XCP ring off\)"),
 ])
 def test_options_out_of_the_modules_range_name_field_value_and_range(kw, message):
     args = {"node_id": 1, "config": _config()}
@@ -419,8 +457,12 @@ def test_read_ports_reads_every_port_of_a_node_from_one_dump(monkeypatch):
     app0, app1 = bytearray(voq.XSTATS_SIZE), bytearray(voq.XSTATS_SIZE)
     struct.pack_into("<Q", app0, 8, 5)           # port.cut
     struct.pack_into("<Q", app1, 8, 6)
-    q0, q1 = voq.Qopt(1, 5, 2, 0, 0, 0, 0, 10, 1500, 10**6, 8000, 10**7), voq.Qopt(1, 5, 2, 1, 0, 0, 0, 10, 1500,
-                                                                                  10**6, 8000, 10**7)
+    for k in range(voq.XCP_RING_SLOTS):                       # app0's ring never used, app1's slot 1 = interval 5
+        struct.pack_into("<QQQII", app0, voq.XCP_RING_OFFSET + 32 * k, voq.XCP_RING_NONE, 0, voq.XCP_RING_NONE, 0, 0)
+        struct.pack_into("<QQQII", app1, voq.XCP_RING_OFFSET + 32 * k, *(
+            (5, 3028, 777, 2, 0) if k == 1 else (voq.XCP_RING_NONE, 0, voq.XCP_RING_NONE, 0, 0)))
+    q0, q1 = voq.Qopt(2, 5, 2, 0, 0, 0, 0, 10, 1500, 10**6, 8000, 10**7), voq.Qopt(2, 5, 2, 1, 0, 0, 0, 10, 1500,
+                                                                                  10**6, 8000, 10**7, 10**9, 10**6)
     replies = [(qdiscnl.RTM_NEWQDISC, _qdisc_msg(11, qdiscnl.TC_H_ROOT, "voq", q0.pack(), bytes(app0), 3)),
                (qdiscnl.RTM_NEWQDISC, _qdisc_msg(12, 0x10001, "voq", b"", b"", 0)),       # not the root: skipped
                (qdiscnl.RTM_NEWQDISC, _qdisc_msg(12, qdiscnl.TC_H_ROOT, "voq", q1.pack(), bytes(app1), 4)),
@@ -433,6 +475,30 @@ def test_read_ports_reads_every_port_of_a_node_from_one_dump(monkeypatch):
     assert len(dumps) == 1 and dumps[0][:2] == (qdiscnl.RTM_GETQDISC, qdiscnl.NLM_F_DUMP)
     assert (got["c-eth0"].qopt, got["c-eth0"].port.cut, got["c-eth0"].sent_packets, got["c-eth0"].qlen) == (q0, 5, 3, 2)
     assert (got["c-eth1"].qopt, got["c-eth1"].port.cut, got["c-eth1"].sent_bytes) == (q1, 6, 4000)
+    assert got["c-eth0"].xcp == (ibsched.EMPTY_XCP_SLOT,) * 4
+    assert got["c-eth1"].xcp[1] == ibsched.XcpSlot(5, 3028, 777, 2, 0) and got["c-eth1"].xcp[0] == ibsched.EMPTY_XCP_SLOT
     assert voq.read("c-eth1", "t-c") == got["c-eth1"]
     with pytest.raises(voq.VoqError, match="x-eth0 in t-c has no voq root qdisc"):
         voq.read_ports(["c-eth0", "x-eth0"], "t-c")
+
+
+def test_change_sends_the_options_as_a_change_not_a_create(monkeypatch):
+    """voq.change: RTM_NEWQDISC with NLM_F_ACK only (the qdisc's change, not a new one),
+    kind and TCA_OPTIONS = the packed options; the kernel's refusal names the device."""
+    calls: list[tuple] = []
+
+    def fake(dev, netns, msg_type, flags, payload, error, session):
+        calls.append((dev, netns, msg_type, flags, qdiscnl.attrs(payload), session))
+        if len(calls) > 1:
+            raise error("options cannot change", 95)
+        return []
+
+    monkeypatch.setattr(qdiscnl, "device_request", fake)
+    q = voq.VoqOptions(7, _config()).with_xcp(10**9, 10**6).qopt(1)
+    voq.change("c-eth1", "t-c", q)
+    dev, netns, mtype, flags, a, session = calls[0]
+    assert (dev, netns, mtype, flags, session) == ("c-eth1", "t-c", qdiscnl.RTM_NEWQDISC, qdiscnl.NLM_F_ACK, None)
+    assert a[qdiscnl.TCA_KIND] == b"voq\0" and voq.Qopt.unpack(a[qdiscnl.TCA_OPTIONS]) == q
+    with pytest.raises(voq.VoqError, match="changing voq on c-eth1 in t-c: options cannot change") as exc:
+        voq.change("c-eth1", "t-c", q)
+    assert exc.value.errno == 95

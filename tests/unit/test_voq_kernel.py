@@ -8,6 +8,13 @@ refusals with their extack messages, reset and delete. The options are packed by
 testbed.optical.voq (the fabric's packer). Deliberate mutations of the C must fail the
 comparison (the test can fail).
 
+The outputs' XCP rings (docs/xcp-edge.md, "IB nodes"): the C's ring is read after every
+event of a run, so every interval's slot is seen before its slot is reused, and compared
+with the mirror's slots of every interval (and the ring at the end with the mirror's);
+on an exact run also with the slots derived from ramsim's outcomes alone
+(tests/voq_xcp_reference.py). A change of E and d_e on a live qdisc restarts the ring
+and refuses any other option.
+
 No root, no kernel: skipped when no C compiler is found; built with UBSan when the
 compiler and its runtime allow (reported by its own test).
 """
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import random
+from dataclasses import replace as dataclasses_replace
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -25,6 +33,7 @@ import pytest
 
 from optical_ram_cases import DATA, PS, ram_trace
 from testbed.optical import ibsched, ramsim, voq
+from voq_xcp_reference import backlogs, ring_slots
 
 REPO = Path(__file__).resolve().parents[2]
 KSHIM = REPO / "tests" / "kshim"
@@ -93,10 +102,18 @@ class Kernel:
             assert err == 0, msg
         self.released: dict[int, tuple[int, int]] = {}    # id -> (real time, stamp)
         self.dropped: set[int] = set()
+        #: every XCP slot seen in a ring after an event: {(output, interval): slot}
+        self.xcp_seen: dict[tuple[int, int], ibsched.XcpSlot] = {}
 
     def add(self, ns: int, port: int, raw: bytes) -> tuple[int, str]:
         msg = ctypes.create_string_buffer(256)
         err = self.lib.h_add(ns, port, raw, len(raw), msg, 256)
+        return err, msg.value.decode()
+
+    def change(self, port: int, raw: bytes) -> tuple[int, str]:
+        """The qdisc's change with options ``raw``: (0 or -errno, extack message)."""
+        msg = ctypes.create_string_buffer(256)
+        err = self.lib.h_change(port, raw, len(raw), msg, 256)
         return err, msg.value.decode()
 
     def run_qdisc(self, port: int, now: int) -> None:
@@ -149,12 +166,26 @@ class Kernel:
                 self.run_qdisc(p, t)
             self.settle(t)
             self.collect_freed()
+            self.watch_rings()
+
+    def watch_rings(self) -> None:
+        """Record every used slot of every output's XCP ring as it stands now."""
+        for o in range(self.n):
+            for slot in self.ring(o):
+                if slot.interval != ibsched.XCP_NONE:
+                    self.xcp_seen[(o, slot.interval)] = slot
 
     def stats(self, port: int) -> tuple[voq.PortStats, voq.NodeStats]:
         buf = ctypes.create_string_buffer(4096)
         size = self.lib.h_stats(port, buf)
         assert size == voq.XSTATS_SIZE
         return voq.unpack_xstats(buf.raw[:size])
+
+    def ring(self, port: int) -> tuple[ibsched.XcpSlot, ...]:
+        """Output ``port``'s XCP ring from its dump."""
+        buf = ctypes.create_string_buffer(4096)
+        size = self.lib.h_stats(port, buf)
+        return voq.unpack_xcp_ring(buf.raw[:size])
 
 
 def compare(lib: Path, arrivals, cfg: ibsched.IbConfig) -> tuple[list[ibsched.Decision], ibsched.Counters]:
@@ -182,6 +213,8 @@ def compare(lib: Path, arrivals, cfg: ibsched.IbConfig) -> tuple[list[ibsched.De
         assert (nd.waiting, nd.pending, nd.members) == (0, 0, cfg.n_ports)
         assert list(nd.late_log2) == c.late_log2
         assert kern.lib.h_qlen(o) == 0 and kern.lib.h_backlog(o) == 0
+        assert kern.ring(o) == c.xcp_ring(o), o
+    assert kern.xcp_seen == c.xcp
     assert kern.lib.h_lock_errors() == 0
     for o in range(cfg.n_ports):
         kern.lib.h_del(o)
@@ -197,13 +230,20 @@ def as_arrivals(trace, lateness=None) -> list[ibsched.Arrival]:
             for k, p in enumerate(trace)]
 
 
+def _paper_packets(trace) -> list[ramsim.Packet]:
+    return [ramsim.Packet(p.arrival_ns + 10**9, p.length - 14, p.in_port, p.out_port, wire_bytes=p.length)
+            for p in trace]
+
+
 def _paper(trace, b: int, sched: str, split: str) -> list[ramsim.Outcome]:
-    return ramsim.simulate([ramsim.Packet(p.arrival_ns + 10**9, p.length - 14, p.in_port, p.out_port,
-                                          wire_bytes=p.length) for p in trace], "IB", 4, b, PS,
-                           scheduler=sched, voq_split=split)
+    return ramsim.simulate(_paper_packets(trace), "IB", 4, b, PS, scheduler=sched, voq_split=split)
 
 
 M = 50_000
+#: the XCP ring of the comparisons: E 0.3 ms after the traces' start (earlier arrivals in
+#: no interval), d_e = 0.4 ms (a 2000-packet trace spans ~17 intervals, each ~8 M: the
+#: ring is read after every event, long before a slot is reused)
+XCP = {"xcp_epoch_ns": 10**9 + 300_001, "xcp_interval_ns": 400_000}
 #: ports of mixed propagation (2 M, none, M towards a host, 10 M): stamps and releases
 #: on either side of the decisions
 PORTS = (ibsched.PortParams(PS, 2 * M), ibsched.PortParams(PS, 0), ibsched.PortParams(PS, M, True),
@@ -221,11 +261,16 @@ def test_harness_is_built_with_ubsan(harness):
 @pytest.mark.parametrize("b", [0, 1500, 4500, 15000, 1_000_000])
 def test_c_equals_mirror_and_ramsim(harness, sched, split, b):
     trace = ram_trace(21, 2000, 4, 0.9)
-    cfg = ibsched.IbConfig(PORTS, b, M, sched, split)
+    cfg = ibsched.IbConfig(PORTS, b, M, sched, split, **XCP)
     dec, c = compare(harness.lib, as_arrivals(trace), cfg)
-    assert [(d.kind, d.departure_ns) for d in dec] == [(o.kind, o.departure_ns) for o in _paper(trace, b, sched, split)]
+    paper = _paper(trace, b, sched, split)
+    assert [(d.kind, d.departure_ns) for d in dec] == [(o.kind, o.departure_ns) for o in paper]
     if b:                                                       # the trace exercises the buffers
         assert sum(c.buffered) > 50 and (b > 4500 or sum(c.dropped) > 10)
+    # the rings (equal to the C's in compare) are what ramsim's node gives
+    pk = _paper_packets(trace)
+    assert c.xcp == ring_slots(pk, paper, backlogs(pk, paper, PS), XCP["xcp_epoch_ns"], XCP["xcp_interval_ns"])
+    assert len(c.xcp) > 40
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -235,9 +280,10 @@ def test_c_equals_mirror_with_lateness_and_spikes(harness, seed):
     m = 20_000
     trace = ram_trace(40 + seed, 1500, 5, 0.95)
     late = [rng.randrange(m, 30 * m) if rng.random() < 0.02 else rng.randrange(m) for _ in trace]
-    cfg = ibsched.IbConfig.uniform(5, PS, 3000, m, prop_ns=m // 2, scheduler=("rr", "islip")[seed % 2])
+    cfg = ibsched.IbConfig.uniform(5, PS, 3000, m, prop_ns=m // 2, scheduler=("rr", "islip")[seed % 2],
+                                   xcp_epoch_ns=10**9, xcp_interval_ns=150_000 + seed)
     _, c = compare(harness.lib, as_arrivals(trace, late), cfg)
-    assert sum(c.late) > 0
+    assert sum(c.late) > 0 and len(c.xcp) > 40
 
 
 def test_refusals_and_node_sharing(harness):
@@ -245,7 +291,7 @@ def test_refusals_and_node_sharing(harness):
     kern = Kernel(harness.lib, cfg, node_id=9)
 
     def raw(**over) -> bytes:
-        q = dict(version=1, node_id=9, n_ports=3, port=1, scheduler=0, voq_split=0, flags=0, limit=100,
+        q = dict(version=voq.VERSION, node_id=9, n_ports=3, port=1, scheduler=0, voq_split=0, flags=0, limit=100,
                  buffer_bytes=1500, lookahead_ns=1000, ps_per_byte=PS, prop_ns=0)
         q.update(over)
         return voq.Qopt(**q).pack()
@@ -256,7 +302,12 @@ def test_refusals_and_node_sharing(harness):
     assert kern.add(1, 1, raw()) == (0, "")         # another namespace: another node
     assert kern.add(0, 2, raw(port=3)) == (-22, "port must be below n_ports")
     assert kern.add(0, 2, raw()[:-8])[1] == "options are not a struct tc_voq_qopt of this version"
-    assert "version" in kern.add(0, 2, raw(version=2))[1]
+    assert "version" in kern.add(0, 2, raw(version=1))[1]
+    assert kern.add(0, 2, raw(version=1)[:64])[1] == "options are not a struct tc_voq_qopt of this version"
+    assert kern.add(0, 2, raw(xcp_interval_ns=3_600_000_000_001)) == (
+        -22, "xcp_interval_ns must be 0 (off) or 1..3600e9 (1 h)")
+    assert kern.add(0, 2, raw(xcp_epoch_ns=5)) == (-22, "xcp_epoch_ns must be 0 when xcp_interval_ns is 0 (XCP "
+                                                   "ring off)")
     assert "lookahead" in kern.add(0, 2, raw(lookahead_ns=0))[1]
     assert kern.add(0, 2, raw(flags=2)) == (-22, "unknown flags")
     # packets that are not held packets of the switch are dropped and counted
@@ -319,8 +370,10 @@ def test_c_equals_mirror_when_events_coincide(harness, sched):
             if rng.random() < 0.7:
                 o = rng.randrange(4)
                 arr.append(ibsched.Arrival(t0 + k * tau, DATA, i, o + (o >= i)))
-    _, c = compare(harness.lib, arr, ibsched.IbConfig.uniform(5, PS, 3000, 30_000, prop_ns=40_000, scheduler=sched))
-    assert sum(c.buffered) > 100
+    cfg = ibsched.IbConfig.uniform(5, PS, 3000, 30_000, prop_ns=40_000, scheduler=sched, xcp_epoch_ns=t0,
+                                   xcp_interval_ns=5 * tau)
+    _, c = compare(harness.lib, arr, cfg)
+    assert sum(c.buffered) > 100 and len(c.xcp) > 200
 
 
 #: deliberate mutations of kernel/sch_voq.c (a line as written, its mutant): each must
@@ -339,6 +392,16 @@ MUTATIONS = {
     "stamp without the propagation": (
         "u64 stamp = t + m->opt.prop_ns + ((m->opt.flags & VOQ_F_PEER_HOST) ? tau : 0);",
         "u64 stamp = t + ((m->opt.flags & VOQ_F_PEER_HOST) ? tau : 0);"),
+    "XCP backlog without the packets waiting in VOQ(*, o)": (
+        "u64 backlog = (n->out_free[o] > t ? n->out_free[o] - t : 0) + n->out_wait_ns[o];",
+        "u64 backlog = (n->out_free[o] > t ? n->out_free[o] - t : 0);"),
+    "XCP minimum: the interval's first arrival's backlog, not the smallest": (
+        "if (backlog < s->qmin_ns)\n\t\ts->qmin_ns = backlog;",
+        "if (s->qmin_ns == VOQ_XCP_NONE)\n\t\ts->qmin_ns = backlog;"),
+    "XCP backlog sampled after a cut-through's own departure": (
+        "\t\tvoq_xcp_account(m, t, qdisc_pkt_len(skb), backlog, false);\n\t\tvoq_depart(n, skb, i, o, t, now, touched);",
+        "\t\tvoq_depart(n, skb, i, o, t, now, touched);\n\t\tvoq_xcp_account(m, t, qdisc_pkt_len(skb), "
+        "n->out_free[o] - t + n->out_wait_ns[o], false);"),
 }
 
 
@@ -353,4 +416,38 @@ def test_a_mutated_qdisc_fails_the_comparison(tmp_path, name):
     trace = ram_trace(21, 1500, 4, 0.9)
     late = [rng.randrange(M) for _ in trace]          # below M: exact for the real qdisc
     with pytest.raises(AssertionError):
-        compare(mutant.lib, as_arrivals(trace, late), ibsched.IbConfig(PORTS, 4500, M, "rr"))
+        compare(mutant.lib, as_arrivals(trace, late), ibsched.IbConfig(PORTS, 4500, M, "rr", **XCP))
+
+
+def test_xcp_ring_change_restarts_it_and_refuses_other_options(harness):
+    """E and d_e change on a live qdisc (its ring restarts: every slot never used; the
+    other members' rings and every counter stay); any other option differing is refused
+    with the module's message; the same options again are accepted."""
+    m = 10_000
+    cfg = ibsched.IbConfig.uniform(3, PS, 10**6, m, prop_ns=5 * m, xcp_epoch_ns=10**9, xcp_interval_ns=10**6)
+    kern = Kernel(harness.lib, cfg)
+    t0 = 10**9
+    kern.drive([ibsched.Arrival(t0, DATA, 0, 2), ibsched.Arrival(t0, DATA, 1, 2), ibsched.Arrival(t0, DATA, 0, 1)])
+    tau = DATA * PS // 1000
+    assert kern.ring(2)[0] == ibsched.XcpSlot(0, 2 * DATA, 0, 2, 0) and kern.ring(1)[0].packets == 1
+    q = voq.VoqOptions(7, cfg).qopt(2)
+    assert kern.change(2, q.pack()) == (0, "")                          # the same: nothing changes
+    assert kern.ring(2)[0].packets == 2
+    q2 = voq.VoqOptions(7, cfg).with_xcp(t0 + 5, 10**7).qopt(2)
+    assert kern.change(2, q2.pack()) == (0, "")
+    assert kern.ring(2) == (ibsched.EMPTY_XCP_SLOT,) * 4 and kern.ring(1)[0].packets == 1
+    assert kern.stats(2)[0].buffered == 1
+    err, msg = kern.change(2, dataclasses_replace(q2, buffer_bytes=3000).pack())
+    assert (err, msg) == (-95, "options cannot change but xcp_epoch_ns and xcp_interval_ns: delete the qdisc and "
+                                "add it again")                          # EOPNOTSUPP
+    assert kern.change(2, dataclasses_replace(q2, xcp_interval_ns=0).pack())[0] == -22   # epoch with the ring off
+    # the ring counts again from the new epoch: an arrival for 2 finds the packet of
+    # input 1 being sent from t0 + tau (the one of input 0 left at t0)
+    kern.drive([ibsched.Arrival(t0 + tau + 100, DATA, 2, 2)])
+    assert kern.ring(2)[0] == ibsched.XcpSlot(0, DATA, tau - 100, 1, 0)
+    assert kern.change(2, dataclasses_replace(q2, xcp_epoch_ns=0, xcp_interval_ns=0).pack()) == (0, "")   # off
+    kern.drive([ibsched.Arrival(t0 + 5 * tau, DATA, 2, 2)])
+    assert kern.ring(2) == (ibsched.EMPTY_XCP_SLOT,) * 4
+    for o in range(3):
+        kern.lib.h_del(o)
+    assert kern.lib.h_lock_errors() == 0
