@@ -60,7 +60,7 @@ from analysis.stats import mean_ci  # noqa: E402
 
 LEVEL = findings.LEVEL
 #: parameters besides arch, pacing and B that make a run's context (the figures use one)
-CONTEXT_PARAMS = ("topology", "routing", "cca", "flows", "scale", "rate", "duration", "window", "cwnd_limit",
+CONTEXT_PARAMS = ("topology", "abilene_nodes", "routing", "cca", "flows", "scale", "rate", "duration", "window", "cwnd_limit",
                   "edge_buffer", "bin", "xcp_alpha", "xcp_beta", "xcp_gamma", "xcp_interval", "xcp_rate_delay")
 #: the summary columns this analysis reads (parameters and metrics of the E5 family)
 COLUMNS_READ = ("point", "rep", "arch", "pacing", "buffer", *CONTEXT_PARAMS, GOODPUT, "goodput_per_flow_median_Bps",

@@ -4,13 +4,15 @@ Switch Architectures and Pacing Algorithms for Very Small Optical RAM", III-A an
 spec ``../shared/spec/e5-optical-ram-pacing.md``; docs/e5.md).
 
 NSFNET (topologies/nsfnet.py: 14 core nodes, the paper's Fig. 3 delays, one edge node
-per core node at 0.1 ms, one host behind each edge node). Core nodes have the point's
+per core node at 0.1 ms, one host behind each edge node), or the Abilene-like network
+of the paper's III-C (``topology = "abilene"``: topologies/nsfnet.py's generator, the
+paper's 171 core and 698 edge nodes times ``abilene_nodes``, 1 ms core links). Core nodes have the point's
 optical RAM architecture (``ob``, ``ib``, ``sb``, ``wcsb``:
 testbed/optical/architectures.py; ``ib`` is the voq holding qdisc, docs/ib-holding.md)
 with B bytes per link, edge nodes a store-and-forward FIFO holding at most 0.25 s
 (``fifo``). Every link runs at the paper's 1 Gb/s (divided by ``scale``). TCP Reno flows
 enter between uniformly random pairs of hosts at Poisson instants during the run (1586
-over 40 s), each limited to a congestion window of 20 segments and running until the
+over 40 s on NSFNET, 2232 on Abilene), each limited to a congestion window of 20 segments and running until the
 end; the summary measures the last ``window`` (5 s).
 
 **Scale.** ``scale`` s divides every link's rate and the number of flows by s (the
@@ -30,8 +32,13 @@ lowest equal-cost port), the paper's single static route per pair. Neither reord
 
 **Pacing.** ``pacing = "none"``: profile ``reno``; ``"tcp"``: profile ``paced-reno``
 (pacing rate = cwnd / srtt, the sender spreads each window over an RTT; TCP's own
-pacing, because the hosts' NIC qdisc is the fabric's NIC model). XCP edge pacing is not
-built yet.
+pacing, because the hosts' NIC qdisc is the fabric's NIC model); ``"xcp"`` /
+``"xcp-ack"``: XCP edge pacing (testbed/families/_e5_xcp.py, docs/xcp-edge.md).
+
+**Abilene.** ``abilene_nodes`` f keeps about f of the paper's access routers and edge
+nodes (the 11-router backbone whole; the generator's seed is fixed, so every point of a
+given f has the same network) and ``flows = "paper"`` then means 2232 x (edge nodes /
+698): the paper's flows per edge node. ``scale`` divides that again.
 """
 
 from __future__ import annotations
@@ -56,6 +63,8 @@ from testbed.units import Dim
 if TYPE_CHECKING:
     from mininet.topo import Topo
 
+    from topologies.nsfnet import CoreGraph
+
     from testbed.traffic import Schedule, TrafficResult
 
 #: segment payload, IP packet and Ethernet frame of a full segment (bytes; timestamps off)
@@ -69,7 +78,11 @@ ARCHS = ("ob", "ib", "sb", "wcsb")
 PACINGS = ("none", "tcp", "xcp", "xcp-ack")
 #: the congestion-control profiles a standard sender may run (paper: Reno)
 CCAS = ("reno", "sack", "cubic")
-TOPOLOGIES = ("nsfnet",)
+TOPOLOGIES = ("nsfnet", "abilene")
+#: the paper's flow counts (III-B: NSFNET, III-C: Abilene), ``flows = "paper"``
+PAPER_FLOWS = {"nsfnet": 1586, "abilene": 2232}
+#: the Abilene-like generator's seed (one network per size, the same for every point)
+ABILENE_SEED = 1
 #: how flows pick among equal minimum-hop paths (``pair``: one static route per destination)
 ROUTINGS = ("flow", "pair")
 
@@ -92,9 +105,32 @@ def profile_name(values: dict[str, Any]) -> str:
     return "paced-reno" if values["pacing"] == "tcp" else values["cca"]
 
 
+def graph(values: dict[str, Any]) -> "CoreGraph":
+    """The point's core/edge network: NSFNET, or the Abilene-like one of
+    ``abilene_nodes``. Raises TopologyDataError (the generator's bounds)."""
+    from topologies.nsfnet import abilene_like, nsfnet
+
+    if values["topology"] == "abilene":
+        return abilene_like(values["abilene_nodes"], seed=ABILENE_SEED)
+    return nsfnet()
+
+
+def paper_flows(values: dict[str, Any]) -> float:
+    """The flows of the network as built before ``scale``: ``flows``, or for ``"paper"``
+    the paper's count, on Abilene times (edge nodes built / the paper's 698)."""
+    if values["flows"] != "paper":
+        return float(values["flows"])
+    n = PAPER_FLOWS[values["topology"]]
+    if values["topology"] == "abilene":
+        from topologies.nsfnet import ABILENE_EDGE_NODES
+
+        n *= len(graph(values).edge_of) / ABILENE_EDGE_NODES
+    return float(n)
+
+
 def scaled_flows(values: dict[str, Any]) -> int:
-    """The flows emulated: round(flows / scale), at least 2."""
-    return max(2, round(values["flows"] / values["scale"]))
+    """The flows emulated: round(:func:`paper_flows` / scale), at least 2."""
+    return max(2, round(paper_flows(values) / values["scale"]))
 
 
 def scaled_rate_bps(values: dict[str, Any]) -> float:
@@ -105,10 +141,14 @@ def scaled_rate_bps(values: dict[str, Any]) -> float:
 class E5OpticalRam(FlowFamily):
     name = "e5-optram"
     doc = ("E5: optical RAM architectures (OB, IB, SB, WCSB) x buffer per link x pacing (none, TCP, XCP at the "
-           "edges), TCP Reno flows on NSFNET")
+           "edges), TCP Reno flows on NSFNET or an Abilene-like network")
     count_ports = False
     params = (
-        Param("topology", "choice", "nsfnet", "the mesh: NSFNET (14 core nodes, paper Fig. 3)", choices=TOPOLOGIES),
+        Param("topology", "choice", "nsfnet", "the mesh: nsfnet (14 core nodes, paper Fig. 3) or abilene (the "
+              "paper's III-C Abilene-like network, sized by abilene_nodes)", choices=TOPOLOGIES),
+        Param("abilene_nodes", "float", 0.05, "topology = abilene: the fraction of the paper's 160 access routers "
+              "and 698 edge nodes built (1 = the paper's 171 core / 698 edge nodes; 0.05: 19 / 35)", lo=0,
+              lo_open=True, hi=1),
         Param("arch", "choice", "sb", "core nodes' optical RAM architecture: ob (B per output), ib (B per input, "
               "virtual output queues, round robin), sb (one memory of ports x B per node), wcsb (one memory of B "
               "per node)", choices=ARCHS),
@@ -133,8 +173,8 @@ class E5OpticalRam(FlowFamily):
               "pair; XCP needs it)", choices=ROUTINGS),
         Param("cca", "choice", "reno", "congestion-control profile of standard senders (paper: Reno)",
               choices=CCAS),
-        Param("flows", "int", 1586, "TCP flows entering at Poisson instants during the run (paper: 1586)",
-              lo=2, hi=100_000),
+        Param("flows", "int", "paper", "TCP flows entering at Poisson instants during the run; 'paper': 1586 on "
+              "NSFNET, 2232 x edge nodes / 698 on Abilene (before scale)", lo=2, hi=100_000, keywords=("paper",)),
         Param("scale", "int", 1, "scale s: link rates and the number of flows divided by s (1 = the paper's)",
               lo=1, hi=10_000),
         Param("rate", Dim.RATE, "1 Gbit/s", "every link's rate at scale 1 (paper: 1 Gb/s)", lo=0, lo_open=True,
@@ -152,7 +192,7 @@ class E5OpticalRam(FlowFamily):
         Metric("goodput_per_flow_Bps", "B/s", "average flow goodput: mean over the flows that started before the "
                "window of their payload bytes received in it / window"),
         Metric("goodput_per_flow_median_Bps", "B/s", "median of the same"),
-        Metric("flows_started", "count", "flows emulated (flows / scale)"),
+        Metric("flows_started", "count", "flows emulated (flows / scale; 'paper' flows: docs/e5.md)"),
         Metric("flows_measured", "count", "flows that started before the window (the average's flows)"),
         Metric("flows_failed", "count", "flows that failed (connect or send error)"),
         Metric("core_packets", "count", "packets the core nodes decided on during the window (cut through, "
@@ -193,9 +233,9 @@ class E5OpticalRam(FlowFamily):
     # -- the network --------------------------------------------------------------------
     @classmethod
     def topology(cls, values: dict[str, Any], tdf: TimeDilation) -> "Topo":
-        from topologies.nsfnet import OpsMesh, nsfnet
+        from topologies.nsfnet import OpsMesh
 
-        return OpsMesh(nsfnet(), core_arch=core_spec(values), edge_arch=edge_spec(values),
+        return OpsMesh(graph(values), core_arch=core_spec(values), edge_arch=edge_spec(values),
                        rate_bps=scaled_rate_bps(values), tdf=tdf.factor, mtu=IP_PACKET, flow_hash=True)
 
     @classmethod
@@ -206,6 +246,15 @@ class E5OpticalRam(FlowFamily):
             if v["pacing"] == "tcp" and v["cca"] != "reno":
                 raise DefinitionError("params.cca", v["cca"], "reno with pacing = tcp (paced Reno is the paced "
                                       "sender; set pacing = none for another profile)", defn.source)
+            if v["topology"] == "abilene":
+                from testbed.optical.layout import MAX_NODES
+
+                g = graph(v)
+                switches = g.core_nodes + len(g.edge_of)
+                if switches > MAX_NODES:
+                    raise DefinitionError("params.abilene_nodes", v["abilene_nodes"], f"a size with at most "
+                                          f"{MAX_NODES} optical nodes (this one has {switches}: "
+                                          f"{g.core_nodes} core, {len(g.edge_of)} edge)", defn.source)
             if e5_xcp.is_xcp(v["pacing"]):
                 if v["routing"] != "pair":
                     raise DefinitionError("params.routing", v["routing"], f"pair with pacing = {v['pacing']} (XCP's "
@@ -225,12 +274,15 @@ class E5OpticalRam(FlowFamily):
     @classmethod
     def fabric_key(cls, values: dict[str, Any], tdf: TimeDilation) -> Hashable:
         # the architectures are map configuration (reconfigured per point): the rest is built once
-        return (values["topology"], values["rate"].si, values["scale"], tdf.factor)
+        size = values["abilene_nodes"] if values["topology"] == "abilene" else None
+        return (values["topology"], size, values["rate"].si, values["scale"], tdf.factor)
 
     @classmethod
     def fabric_note(cls, values: dict[str, Any]) -> str:
-        return (f"building {values['topology']} (28 switches, 14 hosts) at {scaled_rate_bps(values) / 1e6:g} "
-                f"Mbit/s per link; later points of this topology and scale reuse it")
+        g = graph(values)
+        return (f"building {values['topology']} ({g.core_nodes + len(g.edge_of)} switches, {len(g.edge_of)} hosts) "
+                f"at {scaled_rate_bps(values) / 1e6:g} Mbit/s per link; later points of this topology and scale "
+                f"reuse it")
 
     # -- per point ----------------------------------------------------------------------
     @classmethod

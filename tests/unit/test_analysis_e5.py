@@ -33,7 +33,7 @@ def run_rows(arch: str, pacing: str, b: float, goodput: float, *, reps=TIGHT, dr
     out = []
     for rep, f in enumerate(reps):
         out.append({"point": "", "rep": rep, "seed": rep, "topology": "nsfnet", "arch": arch, "buffer": size(b),
-                    "pacing": pacing, "routing": "flow", "cca": "reno", "flows": 1586, "scale": scale,
+                    "pacing": pacing, "routing": "flow", "cca": "reno", "flows": 1586, "scale": scale, "abilene_nodes": 0.05,
                     "xcp_alpha": 0.4, "xcp_beta": 0.226, "xcp_gamma": 0.1, "xcp_interval": "50 ms",
                     "xcp_rate_delay": "2 ms", "xcp_stability_check": True,
                     **{c: float("nan") for c in XCP_COLUMNS},

@@ -25,7 +25,8 @@ def values(**over):
 def test_defaults_are_the_papers_nsfnet_point():
     v = values()
     assert (v["flows"], v["duration"].si, v["window"].si, v["cwnd_limit"], v["rate"].si, v["scale"]) == \
-        (1586, 40.0, 5.0, 20, 1e9, 1)
+        ("paper", 40.0, 5.0, 20, 1e9, 1)
+    assert v["topology"] == "nsfnet" and scaled_flows(v) == 1586
     assert v["edge_buffer"].si == 0.25 and v["cca"] == "reno" and v["pacing"] == "none"
 
 
@@ -46,6 +47,28 @@ def test_specs_parse_as_registered_architectures():
     v = values(arch="ob", buffer=Quantity(1500, Dim.SIZE))
     assert architectures.parse(core_spec(v), role="core").params == {"buffer_bytes": 1500}
     assert architectures.parse(edge_spec(v), role="edge").name == "fifo"
+
+
+def test_abilene_is_the_papers_network_at_a_fraction_of_its_size():
+    v = values(topology="abilene", arch="sb", scale=20)
+    topo = E5OpticalRam.topology(v, TimeDilation(20))
+    assert len(topo.switches()) == 19 + 35 and len(topo.hosts()) == 35          # abilene_nodes 0.05
+    assert scaled_flows(v) == round(2232 * 35 / 698 / 20)                       # the paper's flows per edge node
+    assert scaled_flows(values(topology="abilene", flows=500, scale=10)) == 50   # a number is taken as given
+    big = values(topology="abilene", abilene_nodes=0.1)
+    assert E5OpticalRam.fabric_key(big, TimeDilation(20)) != E5OpticalRam.fabric_key(v, TimeDilation(20))
+    assert "54 switches, 35 hosts" in E5OpticalRam.fabric_note(v)
+    assert "28 switches, 14 hosts" in E5OpticalRam.fabric_note(values())
+
+
+def test_an_abilene_too_large_for_the_fabric_is_refused_naming_the_key():
+    from testbed import definition
+
+    raw = {"experiment": {"name": "t", "family": "e5-optram"},
+           "params": {"topology": "abilene", "abilene_nodes": 0.6, "scale": 20}, "run": {"reps": 1}}
+    with pytest.raises(DefinitionError, match=r"params\.abilene_nodes.*0\.6.*at most 512 optical nodes.*526"):
+        E5OpticalRam.check(definition.validate(raw))
+    E5OpticalRam.check(definition.validate({**raw, "params": {**raw["params"], "abilene_nodes": 0.5}}))
 
 
 def test_flows_are_divided_by_the_scale():
