@@ -22,7 +22,10 @@ The loop (one step per interval k = 0, 1, ...):
    ``testbed.xcp.decide(C, B, Q, N)``: C its capacity (paper bit/s), B its frame bytes of
    k (u = 8 B / d), Q its persistent queue in bytes = qmin_ns / D x C / 8e9 (the
    smallest backlog an arrival found, converted from emulation ns at the output's paper
-   rate; 0 with no arrival), N the probes this agent counted at it in k (at least 1);
+   rate; 0 with no arrival; for a core whose ``queue`` is ``voq``, an input-buffered
+   node, qmin_ns and drops come from its voq qdiscs' rings, B and the packets from the
+   BPF accumulators: the data plane merges them), N the probes this agent counted at it
+   in k (at least 1);
    an edge uplink is decided from its pacer's ring (B: the bytes its buckets made
    eligible in k when the ring has them, ``offered_bytes``, else the bytes departing
    in k; Q from the smallest link backlog found by a departing head);
@@ -44,7 +47,9 @@ when its pacer has released bytes for it in an interval j (its first probe at
 E + (j+1) d_e), or from interval 0 with ``start_active``.
 
 Exactness counters (docs/xcp-edge.md, "(d)"): ``acc_late`` a core slot of an interval
-already decided changed after it was read (a packet counted later than M_x);
+already decided changed after it was read (a packet counted later than M_x; for a voq
+core also a change of its ring's own count of decisions, ``decided``: the qdisc decided
+an arrival of that interval after the read, later than M_x - its lookahead M);
 ``acc_lost`` the slot of the interval to decide held a later interval (overwritten
 before read); ``pacer_acc_late`` / ``pacer_acc_lost`` the same for the pacers' rings;
 ``late_rates`` rate changes handed to the data plane after real time had passed their
@@ -131,28 +136,39 @@ def _check_node(key: str, name: object, node_id: object, names: set[str], ids: s
 @dataclass(frozen=True)
 class OutputConfig:
     """A controlled output of a core node: ``port``, ``capacity_bps`` (paper bit/s),
-    ``peer`` (the node at its far end), ``prop_s`` (paper s)."""
+    ``peer`` (the node at its far end), ``prop_s`` (paper s), ``dev`` its device ('':
+    not needed; a voq core's outputs need theirs)."""
 
     port: int
     capacity_bps: float
     peer: str
     prop_s: float
+    dev: str = ""
 
     def check(self, key: str) -> None:
         _check_port(f"{key}.port", self.port)
         _check_rate(f"{key}.capacity_bps", self.capacity_bps)
         _check_name(f"{key}.peer", self.peer)
         _check_prop(f"{key}.prop_s", self.prop_s)
+        _need(isinstance(self.dev, str), f"{key}.dev", self.dev, "a device name ('' = none)")
+
+
+#: where a core's persistent-queue samples come from: the BPF accumulators (EDT
+#: architectures) or its voq qdiscs' XCP rings (ib: docs/xcp-edge.md, "IB nodes")
+QUEUE_SOURCES = ("bpf", "voq")
 
 
 @dataclass(frozen=True)
 class CoreConfig:
     """A core node: ``name``, fabric ``node_id`` (its key in optsw_xcp_acc), its
-    controlled ``outputs``."""
+    controlled ``outputs``, ``queue`` (QUEUE_SOURCES: where qmin_ns comes from) and, for
+    ``voq``, ``netns`` the namespace of its qdiscs ('' = this one)."""
 
     name: str
     node_id: int
     outputs: tuple[OutputConfig, ...]
+    queue: str = "bpf"
+    netns: str = ""
 
 
 @dataclass(frozen=True)
@@ -295,9 +311,13 @@ class AgentConfig:
         for i, c in enumerate(self.cores):
             key = f"cores[{i}]"
             _check_node(key, c.name, c.node_id, names, ids)
+            _need(c.queue in QUEUE_SOURCES, f"{key}.queue", c.queue, " | ".join(QUEUE_SOURCES))
+            _need(isinstance(c.netns, str), f"{key}.netns", c.netns, "a namespace name ('' = this one)")
             ports_of[c.name] = {}
             for j, o in enumerate(c.outputs):
                 o.check(f"{key}.outputs[{j}]")
+                _need(c.queue != "voq" or o.dev != "", f"{key}.outputs[{j}].dev", o.dev,
+                      "the output's device (its voq qdisc is read)")
                 _need(o.port not in ports_of[c.name], f"{key}.outputs[{j}].port", o.port, "a port not given before")
                 ports_of[c.name][o.port] = (o.peer, o.prop_s)
         for i, e in enumerate(self.edges):
@@ -374,9 +394,9 @@ class AgentConfig:
             "rate_delay_s": self.rate_delay_s, "margin_ns": self.margin_ns, "packet_bytes": self.packet_bytes,
             "probe_bytes": self.probe_bytes, "control_rate_bps": self.control_rate_bps, "end_ns": self.end_ns,
             "pin_dir": self.pin_dir,
-            "cores": [{"name": c.name, "node_id": c.node_id,
-                       "outputs": [{"port": o.port, "capacity_bps": o.capacity_bps, "peer": o.peer, "prop_s": o.prop_s}
-                                   for o in c.outputs]} for c in self.cores],
+            "cores": [{"name": c.name, "node_id": c.node_id, "queue": c.queue, "netns": c.netns,
+                       "outputs": [{"port": o.port, "capacity_bps": o.capacity_bps, "peer": o.peer, "prop_s": o.prop_s,
+                                    "dev": o.dev} for o in c.outputs]} for c in self.cores],
             "edges": [{"name": e.name, "node_id": e.node_id, "netns": e.netns, "pacer_dev": e.pacer_dev,
                        "uplink_port": e.uplink_port, "capacity_bps": e.capacity_bps, "peer": e.peer,
                        "prop_s": e.prop_s} for e in self.edges],
@@ -436,14 +456,16 @@ def config_from_dict(d: Any) -> AgentConfig:
         raise XcpConfigError("xcp", dict(px), f"XCP parameters ({exc})") from None
     cores = []
     for i, c in enumerate(_list(_take(d, "cores", ""), "cores")):
-        c = _obj(c, f"cores[{i}]", ("name", "node_id", "outputs"))
+        c = _obj(c, f"cores[{i}]", ("name", "node_id", "outputs", "queue", "netns"))
         outs = []
         for j, o in enumerate(_list(_take(c, "outputs", f"cores[{i}]."), f"cores[{i}].outputs")):
-            o = _obj(o, f"cores[{i}].outputs[{j}]", ("port", "capacity_bps", "peer", "prop_s"))
+            o = _obj(o, f"cores[{i}].outputs[{j}]", ("port", "capacity_bps", "peer", "prop_s", "dev"))
             w = f"cores[{i}].outputs[{j}]."
             outs.append(OutputConfig(_take(o, "port", w), _take(o, "capacity_bps", w), _take(o, "peer", w),
-                                     _take(o, "prop_s", w)))
-        cores.append(CoreConfig(_take(c, "name", f"cores[{i}]."), _take(c, "node_id", f"cores[{i}]."), tuple(outs)))
+                                     _take(o, "prop_s", w), _take(o, "dev", w, "")))
+        w = f"cores[{i}]."
+        cores.append(CoreConfig(_take(c, "name", w), _take(c, "node_id", w), tuple(outs), _take(c, "queue", w, "bpf"),
+                                _take(c, "netns", w, "")))
     edges = []
     efields = ("name", "node_id", "netns", "pacer_dev", "uplink_port", "capacity_bps", "peer", "prop_s")
     for i, e in enumerate(_list(_take(d, "edges", ""), "edges")):
@@ -489,13 +511,16 @@ def config_from_plan(plan: Any, *, epoch_ns: int, tdf: float, pacer_devs: Mappin
     edges (pacer on the uplink device unless ``pacer_devs`` {edge: dev} says otherwise)
     and macroflows, initial rate TU C_uplink / (other edges) unless
     ``initial_rate_bps`` {macroflow name: paper bit/s} gives it (docs/xcp-edge.md,
-    "Macroflows, ACKs, bounds"); ``kw`` the other AgentConfig fields. Raises
-    XcpConfigError as the constructor."""
+    "Macroflows, ACKs, bounds"); the plan's voq cores read their queue from their voq
+    qdiscs (``queue = "voq"``, their namespace, each output's device); ``kw`` the other
+    AgentConfig fields. Raises XcpConfigError as the constructor."""
     params = kw.get("xcp", xcp.XcpParameters())
     by_node: dict[str, list[OutputConfig]] = {}
     for (node, port), h in sorted(plan.outputs.items()):
-        by_node.setdefault(node, []).append(OutputConfig(port, h.capacity_bps, h.peer, h.prop_s))
-    cores = tuple(CoreConfig(n, plan.node_ids[n], tuple(outs)) for n, outs in sorted(by_node.items()))
+        by_node.setdefault(node, []).append(OutputConfig(port, h.capacity_bps, h.peer, h.prop_s, h.dev))
+    voq_cores = getattr(plan, "voq_cores", {})
+    cores = tuple(CoreConfig(n, plan.node_ids[n], tuple(outs), *(("voq", voq_cores[n]) if n in voq_cores else ()))
+                  for n, outs in sorted(by_node.items()))
     devs = dict(pacer_devs or {})
     edges = tuple(EdgeConfig(e.name, e.node_id, e.netns, devs.get(e.name, e.uplink_dev), e.uplink_port,
                              e.capacity_bps, e.uplink_peer, e.prop_s) for e in plan.edges)
@@ -517,7 +542,9 @@ class AccSlotView(Protocol):
     ``testbed.optical.layout.AccSlot``): ``interval`` k (None or SLOT_NONE: never used),
     frame ``bytes`` and ``packets`` decided for the output with intended arrival in k
     (dropped included), ``drops``, ``qmin_ns`` the smallest backlog an arrival found
-    (emulation ns; None or SLOT_NONE: none)."""
+    (emulation ns; None or SLOT_NONE: none). A voq core's slot (``controllers.xcp_io``
+    merges the BPF's with its qdisc's ring) may also have ``decided``: the arrivals its
+    qdisc decided in k, compared with the read value for lateness like the others."""
 
     interval: int | None
     bytes: int
@@ -678,7 +705,8 @@ class XcpAgent:
             self.edge_mfs.setdefault(mf.cfg.src, []).append(mf)
         self.core_ports = {c.name: [o.port for o in c.outputs] for c in cfg.cores}
         # exactness: counters as read, per (node, port) / edge, by interval
-        self._seen_core: dict[tuple[str, int], dict[int, tuple[int, int, int, int | None]]] = {k: {} for k in self.outputs}
+        self._seen_core: dict[tuple[str, int], dict[int, tuple[int, int, int, int | None, int | None]]] = {
+            k: {} for k in self.outputs}
         self._seen_pacer: dict[str, dict[int, tuple[int, int, tuple[int, ...]]]] = {e.name: {} for e in cfg.edges}
         self._class_bytes: dict[str, dict[int, Sequence[int]]] = {e.name: {} for e in cfg.edges}
         self.counters = {"acc_late": 0, "acc_lost": 0, "pacer_acc_late": 0, "pacer_acc_lost": 0, "late_rates": 0,
@@ -773,7 +801,7 @@ class XcpAgent:
                 for s in slots:
                     j = _none(s.interval)
                     if j is not None and k + 1 - RING < j < k and j in seen:
-                        now = (s.bytes, s.packets, s.drops, _none(s.qmin_ns))
+                        now = (s.bytes, s.packets, s.drops, _none(s.qmin_ns), getattr(s, "decided", None))
                         if now != seen[j]:
                             self.counters["acc_late"] += 1
                             self._late_slot("core", f"{c.name}:{port}", j, k, seen[j], now)
@@ -781,11 +809,11 @@ class XcpAgent:
                 s = slots[k % RING]
                 j = _none(s.interval)
                 if j == k:
-                    vals = (s.bytes, s.packets, s.drops, _none(s.qmin_ns))
+                    vals = (s.bytes, s.packets, s.drops, _none(s.qmin_ns), getattr(s, "decided", None))
                 else:
                     if j is not None and j > k:
                         self.counters["acc_lost"] += 1
-                    vals = (0, 0, 0, None)
+                    vals = (0, 0, 0, None, None)
                 seen[k] = vals
                 seen.pop(k - RING + 1, None)
                 out = self.outputs[(c.name, port)]

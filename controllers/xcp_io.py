@@ -4,6 +4,12 @@ one node's 8 KB value per node and interval, no process started: ``testbed.bpfsy
 the edges' ``xcppace`` qdiscs read and given rate changes over netlink in their
 namespaces (``testbed.optical.xcppace``), and CLOCK_MONOTONIC.
 
+Input-buffered cores (``CoreConfig.queue == "voq"``, architecture ``ib``): the egress
+program sees only HOLD decisions there, so its slots have the bytes and packets but no
+backlog sample. Their voq qdiscs' XCP rings (``testbed.optical.voq``, one netlink dump
+of the node's outputs per interval) give qmin_ns and drops; :func:`merge_voq_ring`
+puts the two rings of an output together slot by slot (docs/xcp-edge.md, "IB nodes").
+
 Netlink: one session (``testbed.optical.qdiscnl.Session``: a socket made inside the
 namespace once, the devices' indexes cached) per edge namespace for the life of the
 XcpIo, so a read or a rate change costs its requests only, not a thread entering the
@@ -24,6 +30,7 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +39,8 @@ from testbed import bpfsys
 # imported here, not where used: the guest cannot cache bytecode for the checkout, and
 # compiling xcppace inside interval 0's step made the first rate changes 117 ms late
 # (docs/xcp-edge.md, "The guest test, as run")
-from testbed.optical import layout, qdiscnl, xcppace
+from testbed.optical import layout, qdiscnl, voq, xcppace
+from testbed.optical.ibsched import XCP_NONE, XcpSlot
 from testbed.optical.qdiscnl import Session
 
 #: the accumulator map's pin below the optswitch pin directory
@@ -55,6 +63,44 @@ def parse_node(raw: bytes, ports: Sequence[int]) -> dict[int, list[AccSlotView]]
         return {}
     slots = layout.parse_xcp_node(raw, max(ports) + 1)
     return {p: slots[p] for p in ports}
+
+
+@dataclass(frozen=True)
+class VoqAccSlot:
+    """One slot of a voq core's output (``controllers.xcp_agent.AccSlotView``): the BPF's
+    ``interval``, ``bytes``, ``packets``; the voq ring's ``drops`` and ``qmin_ns`` of the
+    same interval (the qdisc decides the drops and knows the backlog) and its count of
+    decisions, ``decided`` (compared by the agent for lateness)."""
+
+    interval: int | None
+    bytes: int
+    packets: int
+    drops: int
+    qmin_ns: int | None
+    decided: int
+
+
+def merge_voq_ring(bpf: Sequence[Any], ring: Sequence[XcpSlot]) -> list[VoqAccSlot]:
+    """Slot by slot (index = interval % RING in both rings), the BPF accumulator's slot
+    ``bpf[i]`` (layout.AccSlot: interval None when never used) with the voq ring's
+    ``ring[i]`` (ibsched.XcpSlot, kernel values): the voq's drops, qmin_ns and count when
+    it holds the same interval, else none of them (0, None, 0); a voq slot of an interval
+    the BPF's slot does not hold (a late arrival counted where the qdisc decided it)
+    keeps its interval with 0 bytes and packets. Raises ValueError for rings of
+    different lengths."""
+    if len(bpf) != len(ring):
+        raise ValueError(f"BPF ring of {len(bpf)} slots, voq ring of {len(ring)}")
+    out = []
+    for b, v in zip(bpf, ring):
+        vi = None if v.interval == XCP_NONE or not v.packets else v.interval
+        q = None if v.qmin_ns == XCP_NONE else v.qmin_ns
+        if b.interval is not None and b.interval == vi:
+            out.append(VoqAccSlot(b.interval, b.bytes, b.packets, v.drops, q, v.packets))
+        elif b.interval is None and vi is not None:
+            out.append(VoqAccSlot(vi, 0, 0, v.drops, q, v.packets))
+        else:
+            out.append(VoqAccSlot(b.interval, b.bytes, b.packets, 0, None, 0))
+    return out
 
 
 class SignalClock:
@@ -103,6 +149,9 @@ class XcpIo(SignalClock):
         self.node_ids = {c.name: c.node_id for c in cfg.cores}
         self.ports = {c.name: sorted(o.port for o in c.outputs) for c in cfg.cores}
         self.pacers = {e.name: (e.pacer_dev, e.netns or None) for e in cfg.edges}
+        #: {voq core: (namespace, {port: device})}
+        self.voq_cores = {c.name: (c.netns or None, {o.port: o.dev for o in c.outputs})
+                          for c in cfg.cores if getattr(c, "queue", "bpf") == "voq"}
         self.acc: bpfsys.PinnedMap | None = None
         pin = pin_dir if pin_dir is not None else cfg.pin_dir
         if cfg.cores:
@@ -119,12 +168,16 @@ class XcpIo(SignalClock):
             raise
 
     def _open_sessions(self) -> None:
-        """One qdiscnl.Session per edge namespace that exists (module docstring). Raises
-        xcppace.XcpPaceError when one cannot be opened, OSError without a socket."""
+        """One qdiscnl.Session per edge and voq core namespace that exists (module
+        docstring). Raises xcppace.XcpPaceError / voq.VoqError when one cannot be
+        opened, OSError without a socket."""
         from testbed.nsops import netns_exists
-        for netns in dict.fromkeys(ns for _dev, ns in self.pacers.values()):
+        wanted = {ns: xcppace.XcpPaceError for _dev, ns in self.pacers.values()}
+        for ns, _ports in self.voq_cores.values():
+            wanted.setdefault(ns, voq.VoqError)
+        for netns, error in wanted.items():
             if netns is None or netns_exists(netns):
-                self.sessions[netns] = qdiscnl.Session(netns, error=xcppace.XcpPaceError)
+                self.sessions[netns] = qdiscnl.Session(netns, error=error)
 
     def _session(self, netns: str | None) -> dict[str, Any]:
         """The keyword arguments giving xcppace the session of ``netns`` (none without)."""
@@ -133,13 +186,20 @@ class XcpIo(SignalClock):
 
     # -- counters --------------------------------------------------------------------------------------
     def read_core(self, node: str) -> dict[int, list[AccSlotView]]:
-        """{port: 4 slots} of ``node``'s controlled ports. Raises XcpIoError when the map
-        has no value for it, bpfsys.BpfSyscallError when the lookup fails."""
+        """{port: 4 slots} of ``node``'s controlled ports; for a voq core merged with its
+        qdiscs' rings (:func:`merge_voq_ring`, one netlink dump of its outputs). Raises
+        XcpIoError when the map has no value for it, bpfsys.BpfSyscallError when the
+        lookup fails, voq.VoqError when an output has no voq qdisc."""
         assert self.acc is not None
         raw = self.acc.lookup(self._keys[node])
         if raw is None:
             raise XcpIoError(f"optsw_xcp_acc has no value for node {node} (id {self.node_ids[node]})")
-        return parse_node(raw, self.ports[node])
+        slots = parse_node(raw, self.ports[node])
+        if node not in self.voq_cores:
+            return slots
+        netns, devs = self.voq_cores[node]
+        states = voq.read_ports([devs[p] for p in self.ports[node]], netns, **self._session(netns))
+        return {p: merge_voq_ring(slots[p], states[devs[p]].xcp) for p in self.ports[node]}
 
     def read_pacer(self, edge: str) -> Mapping[int, PacerIntervalView]:
         """``edge``'s pacer ring {interval: counters} (testbed.optical.xcppace.read)."""

@@ -34,8 +34,26 @@ VARIANTS = {"xcp": False, "xcp-ack": True}
 EPOCH_LEAD_S = 60.0
 #: the agent's margin M_x (emulation ns): it reads interval k at E + (k+1) d_e + M_x. Above
 #: the pacers' lookahead M_p (1 ms) plus their timer lag: with M_x = M_p the guest run of
-#: 2026-11-24 found 5 pacer slots changed after the read (``pacer_acc_late``)
+#: 2026-11-24 found 5 pacer slots changed after the read (``pacer_acc_late``). With ib
+#: cores the margin is this above their voq lookahead M (:func:`agent_margin_ns`)
 AGENT_MARGIN_NS = 5_000_000
+
+
+def voq_cores(fabric: Any) -> dict[str, Any]:
+    """{core node name: its VoqOptions} of the fabric's core nodes whose queues are in
+    voq qdiscs (architecture ``ib``), as installed now."""
+    from testbed.optical import voq
+
+    return {name: np.options for name, np in fabric.nodes.items()
+            if np.role == "core" and isinstance(np.options, voq.VoqOptions)}
+
+
+def agent_margin_ns(lookaheads_ns: Any = ()) -> int:
+    """M_x (emulation ns) for a fabric whose voq cores decide ``lookaheads_ns`` (their
+    M) late: AGENT_MARGIN_NS above the largest (a voq ring's slot k is final once the
+    qdisc has decided every instant of k, at E + (k+1) d_e + M + its timer lag; the
+    BPF's and the pacers' slots need AGENT_MARGIN_NS alone)."""
+    return AGENT_MARGIN_NS + max(lookaheads_ns, default=0)
 
 
 def is_xcp(pacing: str) -> bool:
@@ -74,9 +92,11 @@ def disable(fabric: Any) -> None:
 
 def start(fabric: Any, values: Mapping[str, Any], tdf: float, *, epoch_lead_s: float = EPOCH_LEAD_S) -> Any:
     """Configure XCP for one point on ``fabric`` (the pacers' classes and initial rates,
-    the epoch, the accumulators, the class map) and return the agent's configuration
-    (``controllers.xcp_agent.AgentConfig``). Needs ``routing = pair`` (checked by the
-    family). Raises XcpPlanError when the fabric has no shape XCP can act on."""
+    the epoch, the accumulators, the class map, the XCP rings of ib cores' voq qdiscs)
+    and return the agent's configuration (``controllers.xcp_agent.AgentConfig``; its
+    margin covers the voq cores' lookahead: :func:`agent_margin_ns`). Needs ``routing =
+    pair`` (checked by the family). Raises XcpPlanError when the fabric has no shape XCP
+    can act on."""
     from controllers.xcp_agent import config_from_plan
     from testbed.optical import layout, maps
     from testbed.optical.xcpplan import plan as make_plan
@@ -84,11 +104,14 @@ def start(fabric: Any, values: Mapping[str, Any], tdf: float, *, epoch_lead_s: f
 
     params = parameters(values)
     separate = VARIANTS[values["pacing"]]
-    plan = make_plan(fabric.shapes(), fabric.host_ips(), single_routes(fabric.routes()), tdf, separate_acks=separate)
+    ib = voq_cores(fabric)
+    plan = make_plan(fabric.shapes(), fabric.host_ips(), single_routes(fabric.routes()), tdf, separate_acks=separate,
+                     voq_nodes=ib)
     interval_ns = round(params.interval_s * tdf * 1e9)
     epoch = time.clock_gettime_ns(time.CLOCK_MONOTONIC) + round(epoch_lead_s * 1e9)
     cfg = config_from_plan(plan, epoch_ns=epoch, tdf=tdf, xcp=params, interval_s=params.interval_s,
-                           rate_delay_s=float(values["xcp_rate_delay"].si), margin_ns=AGENT_MARGIN_NS,
+                           rate_delay_s=float(values["xcp_rate_delay"].si),
+                           margin_ns=agent_margin_ns(o.config.lookahead_ns for o in ib.values()),
                            pin_dir=str(fabric.pin_dir))
     initial = {m.name: m.initial_rate_bps for m in cfg.macroflows}
     for e in plan.edges:
@@ -100,6 +123,8 @@ def start(fabric: Any, values: Mapping[str, Any], tdf: float, *, epoch_lead_s: f
         opts = dataclasses.replace(np.options, nclasses=plan.nclasses, epoch_ns=epoch, interval_ns=interval_ns,
                                    rates_bps=tuple(rates))
         fabric.set_node_options(e.name, opts)
+    for name, opts in ib.items():                        # their queues' XCP rings (docs/xcp-edge.md, "IB nodes")
+        fabric.set_node_options(name, opts.with_xcp(epoch, interval_ns))
     maps.configure_xcp(fabric.pin_dir, {
         np.node_id: layout.XcpConfig(enabled=np.role == "core", epoch_ns=epoch, interval_ns=interval_ns,
                                      acks_separate=separate and np.role == "edge")

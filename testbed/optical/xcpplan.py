@@ -19,7 +19,10 @@ Definitions (docs/xcp-edge.md, "(a)", "Macroflows, ACKs, bounds", "(c)"):
   of the equal-cost ports, which the family installs when XCP paces);
 * a **controlled output**: a core node's port towards a switch (core or edge). Ports
   towards hosts are outside the optical domain; edge uplinks are controlled from their
-  pacer.
+  pacer;
+* a **voq core**: a core node whose queues are in its ``voq`` qdiscs (architecture
+  ``ib``): its outputs' persistent queue comes from the qdiscs' XCP rings, not from the
+  BPF accumulators (which see only HOLD decisions there; docs/xcp-edge.md, "IB nodes").
 
 Units: rates paper bit/s, propagation paper s (the fabric stores emulation values,
 divided here by D).
@@ -27,8 +30,8 @@ divided here by D).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 
 #: macroflow kinds: the index is the kind number (class = 2 x slot + kind)
 DATA, ACK = 0, 1
@@ -42,13 +45,15 @@ class XcpPlanError(ValueError):
 @dataclass(frozen=True)
 class Hop:
     """One output a macroflow crosses: ``node`` (fabric node name), ``port`` (its port
-    index), towards ``peer``; ``capacity_bps`` and ``prop_s`` in paper units."""
+    index), towards ``peer``; ``capacity_bps`` and ``prop_s`` in paper units; ``dev``
+    the port's device ('' unknown)."""
 
     node: str
     port: int
     peer: str
     capacity_bps: float
     prop_s: float
+    dev: str = ""
 
 
 @dataclass(frozen=True)
@@ -90,8 +95,9 @@ class Macroflow:
 @dataclass(frozen=True)
 class XcpPlan:
     """Edges (name order), macroflows (by src, dst, kind), the controlled core outputs
-    {(node, port): Hop}, node ids {name: id}, and the class map entries {(edge node id,
-    host IPv4): data class} the egress program reads."""
+    {(node, port): Hop}, node ids {name: id}, the class map entries {(edge node id,
+    host IPv4): data class} the egress program reads, and the voq cores {core name: its
+    namespace} (module docstring)."""
 
     edges: tuple[Edge, ...]
     macroflows: tuple[Macroflow, ...]
@@ -99,6 +105,7 @@ class XcpPlan:
     node_ids: Mapping[str, int]
     class_map: Mapping[tuple[int, str], int]
     nclasses: int
+    voq_cores: Mapping[str, str] = field(default_factory=dict)
 
     def edge(self, name: str) -> Edge:
         """The edge ``name``; KeyError if none."""
@@ -136,17 +143,22 @@ def single_routes(routes: Mapping[tuple[int, str], Sequence[int]]) -> dict[tuple
 
 
 def plan(nodes: Sequence[NodeShape], host_ips: Mapping[str, str],
-         routes: Mapping[tuple[int, str], Sequence[int]], tdf: float, *, separate_acks: bool = False) -> XcpPlan:
+         routes: Mapping[tuple[int, str], Sequence[int]], tdf: float, *, separate_acks: bool = False,
+         voq_nodes: Collection[str] = ()) -> XcpPlan:
     """The :class:`XcpPlan` of a fabric: ``nodes`` every fabric node (hosts included,
     role ``host``), ``host_ips`` {host name: IPv4}, ``routes`` {(switch id, host IPv4):
-    output ports} (the first of each is followed), ``tdf`` = D. Raises XcpPlanError when
-    there are fewer than two edges, an edge has no or several switch ports or no host,
-    a route is missing or loops, or more than 64 classes would be needed at one edge
-    (the pacer's bound)."""
+    output ports} (the first of each is followed), ``tdf`` = D, ``voq_nodes`` the core
+    nodes whose queues are in voq qdiscs (``ib``). Raises XcpPlanError when there are
+    fewer than two edges, an edge has no or several switch ports or no host, a route is
+    missing or loops, more than 64 classes would be needed at one edge (the pacer's
+    bound), or a voq node is not a core node."""
     if not tdf > 0:
         raise XcpPlanError(f"D = {tdf}: must be > 0")
     by_name = {n.name: n for n in nodes}
     switches = {n.name for n in nodes if n.role != "host"}
+    for name in voq_nodes:
+        if name not in by_name or by_name[name].role != "core":
+            raise XcpPlanError(f"voq node {name!r} is not a core node of the fabric")
     edges: list[Edge] = []
     for n in sorted((n for n in nodes if n.role == "edge"), key=lambda n: n.name):
         up = [i for i, p in enumerate(n.peers) if p in switches]
@@ -167,7 +179,7 @@ def plan(nodes: Sequence[NodeShape], host_ips: Mapping[str, str],
 
     def hop(node: str, port: int) -> Hop:
         n = by_name[node]
-        return Hop(node, port, n.peers[port], n.rates_bps[port] * tdf, n.prop_ns[port] / tdf / 1e9)
+        return Hop(node, port, n.peers[port], n.rates_bps[port] * tdf, n.prop_ns[port] / tdf / 1e9, n.devs[port])
 
     def path(src: Edge, dst: Edge) -> tuple[Hop, ...]:
         hops = [hop(src.name, src.uplink_port)]
@@ -198,5 +210,6 @@ def plan(nodes: Sequence[NodeShape], host_ips: Mapping[str, str],
             for i, peer in enumerate(n.peers):
                 if peer in switches:
                     outputs[(n.name, i)] = hop(n.name, i)
+    voq_cores = {name: by_name[name].netns for name in sorted(voq_nodes)}
     return XcpPlan(tuple(edges), tuple(macroflows), outputs, {n.name: n.node_id for n in nodes}, class_map,
-                   nclasses)
+                   nclasses, voq_cores)

@@ -79,3 +79,58 @@ def test_xcp_beta_takes_a_number_or_the_word_stable():
     d = load("e5-xcp-params")
     E5OpticalRam.check(d)                                       # alpha = 0.6 admitted: the check is off
     assert len(d.points()) == 2 * 5 * 4 * 3
+
+
+def test_start_gives_ib_cores_the_xcp_ring_and_the_agent_a_margin_above_their_lookahead(monkeypatch):
+    """``start`` on a fabric c0 (ib: voq options) - c1 (ob) with edges e0, e1 on c0 and e2
+    on c1: c0's voq qdiscs are reinstalled with the ring at the point's E and d_e (its
+    other options unchanged), the agent reads c0's queue from them (queue voq, its
+    namespace, each output's device) and c1's from the BPF, and M_x = 5 ms + c0's M."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from testbed.optical import ibsched, maps, voq
+    from testbed.optical.xcpplan import NodeShape
+
+    rate, D, ns = 5e6, 20.0, lambda s: round(s * 20.0 * 1e9)     # noqa: E731
+    shapes = [NodeShape("c0", 0, "core", "ns-c0", ("c0-0", "c0-1", "c0-2"), ("c1", "e0", "e1"), (rate,) * 3,
+                        (ns(0.002), ns(0.0001), ns(0.0001))),
+              NodeShape("c1", 1, "core", "ns-c1", ("c1-0", "c1-1"), ("c0", "e2"), (rate,) * 2, (ns(0.002), ns(0.0001))),
+              *(NodeShape(f"e{j}", 2 + j, "edge", f"ns-e{j}", (f"e{j}-0", f"e{j}-1"), (c, f"h{j}"), (rate,) * 2,
+                          (ns(0.0001), 0)) for j, c in enumerate(("c0", "c0", "c1"))),
+              *(NodeShape(f"h{j}", 5 + j, "host", f"ns-h{j}", (f"h{j}-0",), (f"e{j}",), (rate,), (0,))
+                for j in range(3))]
+    routes = {(0, "10.0.0.1"): [1], (0, "10.0.0.2"): [2], (0, "10.0.0.3"): [0],
+              (1, "10.0.0.1"): [0], (1, "10.0.0.2"): [0], (1, "10.0.0.3"): [1]}
+    for j in range(3):
+        for k in range(3):
+            routes[(2 + j, f"10.0.0.{k + 1}")] = [1 if k == j else 0]
+
+    @dataclasses.dataclass(frozen=True)
+    class PacerOpts:
+        nclasses: int = 0
+        epoch_ns: int = 0
+        interval_ns: int = 0
+        rates_bps: tuple = ()
+
+    m = 1_500_000
+    c0 = voq.VoqOptions(0, ibsched.IbConfig.uniform(3, 160_000, 1500, m, prop_ns=2_000_000))
+    nodes = {s.name: SimpleNamespace(role=s.role, node_id=s.node_id,
+                                     options=c0 if s.name == "c0" else PacerOpts() if s.role == "edge" else None)
+             for s in shapes}
+    installed: dict[str, object] = {}
+    fabric = SimpleNamespace(nodes=nodes, pin_dir="/pin", shapes=lambda: shapes,
+                             host_ips=lambda: {f"h{j}": f"10.0.0.{j + 1}" for j in range(3)}, routes=lambda: routes,
+                             set_node_options=lambda name, opts: installed.__setitem__(name, opts))
+    monkeypatch.setattr(maps, "configure_xcp", lambda pin, cfgs: None)
+    monkeypatch.setattr(maps, "set_xcp_classes", lambda pin, classes: None)
+    cfg = e5_xcp.start(fabric, values(), D)
+    d_e = round(0.05 * D * 1e9)
+    assert installed["c0"] == c0.with_xcp(cfg.epoch_ns, d_e) and "c1" not in installed
+    assert installed["c0"].qopt(1).xcp_interval_ns == d_e and installed["e0"].epoch_ns == cfg.epoch_ns
+    cores = {c.name: c for c in cfg.cores}
+    assert (cores["c0"].queue, cores["c0"].netns, [o.dev for o in cores["c0"].outputs]) == (
+        "voq", "ns-c0", ["c0-0", "c0-1", "c0-2"])
+    assert cores["c1"].queue == "bpf"
+    assert cfg.margin_ns == e5_xcp.AGENT_MARGIN_NS + m == e5_xcp.agent_margin_ns([m, 1000])
+    assert e5_xcp.agent_margin_ns() == e5_xcp.AGENT_MARGIN_NS

@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -452,6 +452,17 @@ def test_the_config_survives_a_json_round_trip():
     again = config_loads(json.dumps(cfg.to_dict()))
     assert again == cfg
     assert again.interval_ns == 1_000_000_000
+    # a voq core (queue, namespace, devices) too; a config written before they existed reads as bpf
+    ib = replace(cfg, cores=(replace(cfg.cores[0], queue="voq", netns="ns-c0",
+                                     outputs=tuple(replace(o, dev=f"c0-eth{o.port}") for o in cfg.cores[0].outputs)),
+                             cfg.cores[1]))
+    assert config_loads(ib.dumps()) == ib
+    old = cfg.to_dict()
+    for c in old["cores"]:
+        del c["queue"], c["netns"]
+        for o in c["outputs"]:
+            del o["dev"]
+    assert config_from_dict(old) == cfg
 
 
 @pytest.mark.parametrize("edit,key", [
@@ -468,6 +479,8 @@ def test_the_config_survives_a_json_round_trip():
     (lambda d: d["macroflows"][0].update(src="nowhere"), "macroflows[0].src"),
     (lambda d: d["edges"][0].update(speed=1), "edges[0].speed"),
     (lambda d: d.pop("epoch_ns"), "epoch_ns"),
+    (lambda d: d["cores"][1].update(queue="ring"), "cores[1].queue"),
+    (lambda d: d["cores"][1].update(queue="voq"), "cores[1].outputs[0].dev"),
 ])
 def test_a_bad_config_names_its_key(edit, key):
     d = dumbbell_config(2, 100e6, 20e6, tdf=20.0).to_dict()
@@ -557,7 +570,6 @@ def test_the_process_loop_writes_its_records_when_stopped_with_sigterm(tmp_path)
     import subprocess
     import sys
     import time
-    from dataclasses import replace
 
     from controllers.xcp_agent import LINK_COLUMNS, RATE_COLUMNS
 
@@ -666,7 +678,6 @@ def test_the_real_data_plane_reads_the_map_and_converts_for_the_pacer(monkeypatc
                             max_rate_late_ns=5, decided_after_stamp=0, unmodelled=1, max_enqueue_late_ns=0)
     monkeypatch.setattr(xcppace, "set_rates", lambda dev, netns, changes: sent.append((dev, netns, changes)))
     monkeypatch.setattr(xcppace, "read", lambda dev, netns: reads.append((dev, netns)) or state)
-    from dataclasses import replace
     io = xcp_io.XcpIo(replace(chain_config(), pin_dir="/sys/fs/bpf/x"))
     assert opened == [("/sys/fs/bpf/x/maps/optsw_xcp_acc", 8192)]
     c0 = io.read_core("c0")
@@ -720,3 +731,101 @@ def test_a_pacer_slot_reused_by_the_next_interval_is_not_late():
     agent.step()
     assert agent.counters["pacer_acc_late"] == 1
     assert agent.summary()["late_slots"][0]["interval"] == 3
+
+
+# -- input-buffered cores: the queue from the voq qdiscs' rings -----------------------------------------
+def test_a_voq_cores_merged_slot_gives_q_and_a_late_decision_of_its_qdisc_is_late():
+    """c0 is a voq core: its slots as controllers.xcp_io merges them (the BPF's bytes and
+    packets, the ring's qmin_ns, drops and decided). Q comes from qmin_ns; a change of
+    the ring's count of decisions after the read (the qdisc decided an arrival of
+    interval 0 later than M_x - M) is late, like a change of the BPF's bytes."""
+    from controllers.xcp_io import VoqAccSlot
+
+    cfg, dp, agent = scripted_chain()
+    D = cfg.tdf
+    none = VoqAccSlot(None, 0, 0, 0, None, 0)
+    dp.slots["c0"][0] = [VoqAccSlot(0, 15_000, 10, 1, round(0.001 * D * NS), 9), none, none, none]
+    dp.sleep_until(agent.deadline())
+    agent.step()
+    row = next(r for r in agent.links_table() if (r["node"], r["port"], r["interval"]) == ("c0", 0, 0))
+    assert (row["bytes"], row["packets"], row["drops"], row["queue_bytes"]) == (15_000, 10, 1, pytest.approx(12_500))
+    assert agent.counters["acc_late"] == 0
+    dp.slots["c0"][0][0] = VoqAccSlot(0, 15_000, 10, 1, round(0.001 * D * NS), 10)     # same Q, one more decision
+    dp.sleep_until(agent.deadline())
+    agent.step()
+    assert agent.counters["acc_late"] == 1
+    assert agent.summary()["late_slots"][0]["after"][4] == 10
+
+
+def test_merge_voq_ring_takes_qmin_drops_and_decisions_from_the_qdisc_of_the_same_interval():
+    from controllers.xcp_io import VoqAccSlot, merge_voq_ring
+    from testbed.optical.ibsched import EMPTY_XCP_SLOT, XcpSlot
+    from testbed.optical.layout import EMPTY_SLOT
+    from testbed.optical.layout import AccSlot as BpfSlot
+
+    bpf = [BpfSlot(4, 3_000, 2, 0, None), BpfSlot(5, 1_500, 1, 0, None), EMPTY_SLOT, BpfSlot(3, 9_000, 6, 0, None)]
+    ring = [XcpSlot(4, 3_000, 700, 2, 1), XcpSlot(1, 1_500, 0, 1, 0), XcpSlot(6, 1_514, 2**64 - 1, 1, 1),
+            EMPTY_XCP_SLOT]
+    assert merge_voq_ring(bpf, ring) == [
+        VoqAccSlot(4, 3_000, 2, 1, 700, 2),            # same interval: the qdisc's qmin, drops, count
+        VoqAccSlot(5, 1_500, 1, 0, None, 0),           # the qdisc's slot still holds interval 1: nothing yet
+        VoqAccSlot(6, 0, 0, 1, None, 1),               # only the qdisc has interval 6 (a late decision)
+        VoqAccSlot(3, 9_000, 6, 0, None, 0)]           # the ring never used
+    with pytest.raises(ValueError, match="BPF ring of 4 slots, voq ring of 3"):
+        merge_voq_ring(bpf, ring[:3])
+
+
+def test_the_real_data_plane_reads_a_voq_cores_ring_in_one_dump_per_node(monkeypatch):
+    """XcpIo on the chain with c0 a voq core: the BPF value as before, c0's outputs'
+    voq qdiscs in one read_ports of its namespace (on its netlink session), merged."""
+    import struct
+    from types import SimpleNamespace
+
+    from controllers import xcp_io
+    from testbed.optical import qdiscnl, voq
+    from testbed.optical.ibsched import EMPTY_XCP_SLOT, XcpSlot
+
+    value = bytearray(64 * 4 * 32)
+    struct.pack_into("<QQQII", value, (0 * 4 + 2) * 32, 6, 4_500, 2**64 - 1, 3, 0)     # c0 port 0, interval 6
+
+    class FakeMap:
+        def __init__(self, path, value_size):
+            pass
+
+        def lookup(self, key):
+            return bytes(value)
+
+        def close(self):
+            pass
+
+    class FakeSession:
+        def __init__(self, netns, error):
+            self.netns, self.error = netns, error
+
+        def close(self):
+            pass
+
+    reads = []
+    ring = (EMPTY_XCP_SLOT, EMPTY_XCP_SLOT, XcpSlot(6, 4_500, 812, 3, 1), EMPTY_XCP_SLOT)
+
+    def read_ports(devs, netns, session=None):
+        reads.append((tuple(devs), netns, session.netns, session.error))
+        return {d: SimpleNamespace(xcp=ring if d == "c0-eth0" else (EMPTY_XCP_SLOT,) * 4) for d in devs}
+
+    monkeypatch.setattr(xcp_io.bpfsys, "PinnedMap", FakeMap)
+    monkeypatch.setattr(qdiscnl, "Session", FakeSession)
+    monkeypatch.setattr("testbed.nsops.netns_exists", lambda ns: True)
+    monkeypatch.setattr(voq, "read_ports", read_ports)
+    cfg = chain_config()
+    c0 = replace(cfg.cores[0], queue="voq", netns="ns-c0",
+                 outputs=tuple(replace(o, dev=f"c0-eth{o.port}") for o in cfg.cores[0].outputs))
+    io = xcp_io.XcpIo(replace(cfg, cores=(c0, cfg.cores[1]), pin_dir="/pin"))
+    assert set(io.sessions) == {"ns-i0", "ns-c0"} and io.sessions["ns-c0"].error is voq.VoqError
+    got = io.read_core("c0")
+    assert reads == [(("c0-eth0", "c0-eth1"), "ns-c0", "ns-c0", voq.VoqError)]
+    s = got[0][2]
+    assert (s.interval, s.bytes, s.packets, s.drops, s.qmin_ns, s.decided) == (6, 4_500, 3, 1, 812, 3)
+    assert got[1][2].qmin_ns is None and got[1][2].interval is None
+    io.read_core("c1")
+    assert len(reads) == 1                              # a BPF core: no netlink
+    io.close()

@@ -100,3 +100,14 @@ def test_a_missing_route_is_named():
     del routes[(c1.node_id, hosts["h3"])]
     with pytest.raises(XcpPlanError, match="no route at c1 towards 10.0.0.4"):
         plan(nodes, hosts, routes, D)
+
+
+def test_voq_nodes_are_recorded_with_their_namespace_and_outputs_with_their_devices():
+    nodes, hosts = _square()
+    p = plan(nodes, hosts, single_routes(_routes(nodes, hosts)), D, voq_nodes=["c3", "c1"])
+    assert p.voq_cores == {"c1": "ns-c1", "c3": "ns-c3"}
+    assert p.outputs[("c0", 1)].dev == "c0-eth1" and p.edge("e0").uplink_dev == "e0-eth0"
+    assert plan(nodes, hosts, single_routes(_routes(nodes, hosts)), D).voq_cores == {}
+    for bad in ("e0", "nowhere"):
+        with pytest.raises(XcpPlanError, match=f"voq node '{bad}' is not a core node"):
+            plan(nodes, hosts, single_routes(_routes(nodes, hosts)), D, voq_nodes=[bad])
