@@ -31,6 +31,13 @@ with B = 0 four dropped). Bad options are refused with the module's message, and
 node's qdiscs share one node (other node-wide options refused, a port taken twice
 refused).
 
+XCP's queue samples (docs/xcp-edge.md, "IB nodes"): with the live qdiscs given an epoch
+E and interval d_e (a change, not a reinstall), each output's ring after a run equals the
+mirror's on the same arrivals and the slots derived from ramsim's outcomes
+(tests/voq_xcp_reference.py): five hosts sending full frames back to back to h0 make h0's
+output congested, and its ring shows qmin > 0 in exactly the intervals the mirror
+predicts (an uncongested output's stays 0). A change of any other option is refused.
+
 The measured receive lateness is printed (``VOQ_MEASURED``, shown with ``pytest -s``).
 
     testbed guest -- .venv/bin/python -m pytest -q -s tests/guest/test_voq.py
@@ -52,6 +59,7 @@ from dataclasses import dataclass, replace
 import pytest
 
 from helpers import require_features, require_root
+from voq_xcp_reference import backlogs, ring_slots
 from test_hostnic import (SO_TIMESTAMPING, SO_TIMESTAMPNS, SOF_TIMESTAMPING_OPT_ID, SOF_TIMESTAMPING_OPT_TSONLY,
                           SOF_TIMESTAMPING_SOFTWARE, SOF_TIMESTAMPING_TX_SCHED, realtime_minus_monotonic, sched_stamps)
 from testbed import hostclock, setns
@@ -192,14 +200,21 @@ def _plan(seed: int, k: int) -> list[Sent]:
     return out
 
 
-def run(emu, spec: str, sent: list[Sent], name: str) -> dict:
+def run(emu, spec: str, sent: list[Sent], name: str, xcp_interval_ns: int = 0) -> dict:
     """Send ``sent`` (in that order, each host's back to back) through s1 configured as
-    ``spec`` and check everything against the reference (module docstring). Returns the
-    summary (also in MEASURED[name])."""
+    ``spec`` and check everything against the reference (module docstring); with
+    ``xcp_interval_ns`` the qdiscs' XCP rings too (E = the clock after the change, before
+    every arrival). Returns the summary (also in MEASURED[name]; ``xcp``: per port the
+    (interval, qmin_ns, packets) of its ring's used slots)."""
     fab = emu.optical
     fab.reconfigure({"s1": parse(spec)})          # state, counters, qdiscs anew
     s1 = fab.nodes["s1"]
     assert s1.options.config.lookahead_ns == M_NS and not any(p.peer_holds for p in s1.ports)
+    opts = s1.options
+    if xcp_interval_ns:
+        opts = s1.options.with_xcp(time.clock_gettime_ns(time.CLOCK_MONOTONIC), xcp_interval_ns)
+        for p, dev in enumerate(s1.devs):       # the live qdiscs take E and d_e (a change: their rings restart)
+            voq.change(dev, s1.netns, opts.qopt(p))
     port_of = {HOSTS.index(peer): p for p, peer in enumerate(s1.peers)}
     ps = s1.ports[0].ps_per_byte
     assert all(p.ps_per_byte == ps for np in fab.nodes.values() for p in np.ports)
@@ -243,8 +258,10 @@ def run(emu, spec: str, sent: list[Sent], name: str) -> dict:
                 f"{h}'s datagram {j} reached its NIC after the previous one had left: the run is not back to back"
     # the mirror of the qdisc's algorithm is the reference on these arrivals
     arrivals = [ibsched.Arrival(p.arrival_ns, p.wire_bytes, p.in_port, p.out_port) for p in pk]
-    mirror, _ = ibsched.run(arrivals, s1.options.config)
+    mirror, mc = ibsched.run(arrivals, opts.config)
     assert [(d.kind, d.departure_ns) for d in mirror] == [(o.kind, o.departure_ns) for o in ref]
+    if xcp_interval_ns:                           # the mirror's rings are the paper node's
+        assert mc.xcp == ring_slots(pk, ref, backlogs(pk, ref, ps), opts.config.xcp_epoch_ns, xcp_interval_ns)
 
     # per packet: dropped or received, and when
     want = {(x.src, x.seq): (HOSTS[x.dst], o.departure_ns + prop[x.dst] + layout.tau_ns(x.frame, ps))
@@ -271,7 +288,8 @@ def run(emu, spec: str, sent: list[Sent], name: str) -> dict:
         assert (rows[p]["cut_through"], rows[p]["buffered"], rows[p]["dropped"], rows[p]["qdisc"]) == (*counts, "voq")
         assert q.port.in_max_bytes == in_max[p] and q.port.in_bytes == 0, f"input {p}: {q.port}"
         assert (q.port.late, q.port.decided_after_stamp, q.port.unmodelled, q.port.overlimit) == (0, 0, 0, 0), q.port
-        assert q.qlen == 0 and q.qopt == s1.options.qopt(p)
+        assert q.qlen == 0 and q.qopt == opts.qopt(p)
+        assert q.xcp == mc.xcp_ring(p), f"port {p}: XCP ring {q.xcp}, the mirror's {mc.xcp_ring(p)}"
     node = states[s1.devs[0]].node
     assert (node.late, node.waiting, node.pending, node.members, node.max_node_bytes) == (0, 0, 0, len(HOSTS),
                                                                                           node_max)
@@ -281,6 +299,8 @@ def run(emu, spec: str, sent: list[Sent], name: str) -> dict:
                "receive_minus_stamp_ns": {"min": min(late, default=0), "max": max(late, default=0),
                                           "p50": sorted(late)[len(late) // 2] if late else 0},
                "max_enqueue_late_ns": node.max_enqueue_late_ns, "max_decision_lag_ns": node.max_decision_lag_ns,
+               "xcp": {p: [(x.interval, x.qmin_ns, x.packets) for x in states[dev].xcp if x.packets]
+                       for p, dev in enumerate(s1.devs)},
                "guest_clock": hostclock.guest_clock()}
     MEASURED[name] = summary
     assert min(late) >= -TOL_CLOCK_NS and max(late) <= TOL_LATE_NS, f"{name}: receive times off the stamps: {summary}"
@@ -315,7 +335,7 @@ def test_bad_options_are_refused_and_the_node_is_shared(star):
     q = s1.options.qopt(1)
     dev = s1.devs[1]
     raw = bytearray(q.pack())
-    struct.pack_into("=I", raw, 0, 2)                       # another version
+    struct.pack_into("=I", raw, 0, 1)                       # another version (1: before the XCP ring)
     with pytest.raises(voq.VoqError, match="version") as exc:
         voq.install_raw(dev, s1.netns, bytes(raw))
     assert exc.value.errno == errno.EINVAL
@@ -333,3 +353,31 @@ def test_bad_options_are_refused_and_the_node_is_shared(star):
     assert exc.value.errno == errno.EBUSY
     voq.install_raw(dev, s1.netns, q.pack())
     assert voq.read(dev, s1.netns).node.members == len(HOSTS)
+    # a live qdisc takes another XCP epoch and interval, and nothing else
+    x = replace(q, xcp_epoch_ns=10**9, xcp_interval_ns=10**8)
+    voq.change(dev, s1.netns, x)
+    assert voq.read(dev, s1.netns).qopt == x
+    with pytest.raises(voq.VoqError, match="options cannot change but xcp_epoch_ns and xcp_interval_ns") as exc:
+        voq.change(dev, s1.netns, replace(x, buffer_bytes=3000))
+    assert exc.value.errno == errno.EOPNOTSUPP
+    with pytest.raises(voq.VoqError, match="xcp_epoch_ns must be 0 when xcp_interval_ns is 0"):
+        voq.change(dev, s1.netns, replace(x, xcp_interval_ns=0))
+
+
+def test_xcp_ring_of_a_congested_output_equals_the_mirrors(star):
+    """XCP's persistent-queue samples of an ib node: hosts h1..h5 send 8 full frames each
+    back to back to h0 (h0's output has 40 x 48.4 ms of work from arrivals spread over
+    0.4 s: congested), h0 sends 8 to h1 (its output never queues). With E and d_e =
+    100 ms (emulation) given to the live qdiscs, every output's ring equals the mirror's
+    (which equals the paper node's: checked in run) and so shows qmin > 0 exactly in the
+    intervals the mirror predicts; here h0's output has such intervals and h1's none."""
+    d_e = 100_000_000
+    sent = [Sent(src, 0, seq, PAYLOAD[1] + HEADERS) for seq in range(8) for src in range(1, 6)]
+    sent += [Sent(0, 1, seq, PAYLOAD[1] + HEADERS) for seq in range(8)]
+    s = run(star, "ib:15000", sent, "xcp-ring", xcp_interval_ns=d_e)
+    assert s["dropped"] == 0 and s["buffered"] >= 30
+    s1 = star.optical.nodes["s1"]
+    h0, h1 = s1.peers.index("h0"), s1.peers.index("h1")
+    congested = [(k, q) for k, q, _n in s["xcp"][h0] if q > 0]
+    assert len(congested) >= 2, s["xcp"]
+    assert s["xcp"][h1] and all(q == 0 for _k, q, _n in s["xcp"][h1]), s["xcp"]

@@ -36,7 +36,16 @@ Checked, on the agent's records (``xcp.json``, ``xcp_rates.csv``, ``xcp_links.cs
   within one packet per interval (8 x 1514 B / d = 242 kb/s); the pacers' bytes of
   interval 0 equal the reference's (the phase phi is right).
 
-The measured numbers are printed (``XCP_EDGE_MEASURED``, shown with ``pytest -s``).
+Run twice: cores ``ob`` (the BPF accumulators give Q) and ``ib`` with the same B per
+input (``voq`` qdiscs; Q from their XCP rings, docs/xcp-edge.md, "IB nodes"). In this
+dumbbell each input of c0 carries one macroflow, all to the bottleneck c0 -> c1, so the
+ib node's output is work-conserving and the backlog each arrival finds is the ob node's:
+the same reference holds. For ib also: every interval with traffic at the bottleneck
+has a queue sample (from the voq ring: the BPF has none for held packets), no voq
+decision was late, and the agent's margin M_x is 5 ms above the voq lookahead.
+
+The measured numbers are printed per core architecture (``XCP_EDGE_MEASURED``, shown
+with ``pytest -s``).
 Measured 2026-11-24 (6.1 guest, icount, 4 min 40 s wall, 15 min guest time): exact; every
 macroflow within 10 % of C/3 from interval 2 (the reference: 2), total 0.986 .. 1.001 C
 from interval 10, bottleneck persistent queue <= 572 B from interval 8; |run - xcpsim| at
@@ -67,6 +76,7 @@ from testbed.families import _e5_xcp as e5_xcp
 from testbed.ledger import Ledger
 from testbed.net import Emulation
 from testbed.optical import layout
+from testbed.optical.architectures import parse
 from testbed.units import Dim, Quantity
 from topologies.nsfnet import CoreGraph, CoreLink, OpsMesh
 
@@ -116,7 +126,7 @@ def dumbbell() -> CoreGraph:
 def emu():
     require_root()
     require_features("netns", "fq", "clsact-bpf", "btf", "modules")
-    for ko in ("sch_xcppace.ko", "sch_hostnic.ko"):
+    for ko in ("sch_xcppace.ko", "sch_hostnic.ko", "sch_voq.ko"):
         if not (KERNEL_DIR / ko).exists():
             pytest.fail(f"kernel/{ko} is not built: make -C kernel")
     ledger = Ledger.create(f"pytest-xcpedge-{os.getpid()}-{secrets.token_hex(3)}")
@@ -196,15 +206,27 @@ def reference(phases_ns: dict[str, int], intervals: int, agent: AgentConfig) -> 
     return xcpsim.XcpLoopSim(xcpsim.dumbbell(3, RATE, core_delay_s=CORE_DELAY_S), flows, cfg).run(intervals)
 
 
-def test_xcp_edge_pacing_converges_and_equals_the_reference(emu, tmp_path):
+@pytest.mark.parametrize("core", ["ob", "ib"])
+def test_xcp_edge_pacing_converges_and_equals_the_reference(emu, tmp_path, core):
     from controllers.xcp_agent_process import XcpAgentProcess
+    from testbed.optical import voq
 
     fabric = emu.optical
+    fabric.reconfigure(fabric.by_role({"core": parse(f"{core}:{CORE_B}")}))
     fabric.set_routing(single=True)
+    measured = MEASURED.setdefault(core, {})
     configured = _now()
     cfg = e5_xcp.start(fabric, family_values(), TDF)
     E, d_e, M_x = cfg.epoch_ns, cfg.interval_ns, cfg.margin_ns
     assert d_e == round(D_PAPER * TDF * 1e9) and cfg.params() == xcp.XcpParameters(interval_s=D_PAPER)
+    if core == "ib":                              # the voq qdiscs' rings on, the agent reading them
+        assert {c.name: c.queue for c in cfg.cores} == {"c0": "voq", "c1": "voq"}
+        assert M_x == e5_xcp.AGENT_MARGIN_NS + voq.DEFAULT_LOOKAHEAD_NS
+        for n in ("c0", "c1"):
+            qopt = voq.read(fabric.nodes[n].devs[0], fabric.nodes[n].netns).qopt
+            assert (qopt.xcp_epoch_ns, qopt.xcp_interval_ns) == (E, d_e)
+    else:
+        assert {c.queue for c in cfg.cores} == {"bpf"} and M_x == e5_xcp.AGENT_MARGIN_NS
 
     # the plan: the three macroflows over c0 -> c1, from R0
     mfs = {m.name: m for m in cfg.macroflows}
@@ -238,7 +260,7 @@ def test_xcp_edge_pacing_converges_and_equals_the_reference(emu, tmp_path):
     try:
         with XcpAgentProcess(emu.ledger, cfg, out) as agent:
             ready = _now()
-            MEASURED["agent_ready_after_config_s"] = (ready - configured) / 1e9
+            measured["agent_ready_after_config_s"] = (ready - configured) / 1e9
             assert ready < start_ns - 100_000_000, (
                 f"the agent was ready {(ready - start_ns) / 1e9:.3f} s (emulation) after the senders' start: "
                 f"the family's epoch lead ({e5_xcp.EPOCH_LEAD_S} s) is too short")
@@ -259,7 +281,9 @@ def test_xcp_edge_pacing_converges_and_equals_the_reference(emu, tmp_path):
     rates = _read_csv(out / "xcp_rates.csv")
     links = _read_csv(out / "xcp_links.csv")
     counters = fabric.counters()
-    pacers = {node: st for (node, _dev), st in fabric.holding_state().items()}
+    held = fabric.holding_state()
+    pacers = {node: st for (node, _dev), st in held.items() if fabric.nodes[node].role == "edge"}
+    voqs = {(node, dev): st for (node, dev), st in held.items() if fabric.nodes[node].role == "core"}
     monitor = fabric.monitor()
 
     for s in senders:
@@ -295,7 +319,7 @@ def test_xcp_edge_pacing_converges_and_equals_the_reference(emu, tmp_path):
     conv = {f: next((k for k in range(1, K + 1) if all(abs(granted[f][j] - target) <= 0.1 * target
                                                           for j in range(k, K + 1))), None) for f in FLOWS}
     ref_conv = xcpsim.converged_interval(ref, {f"f{i}": target for i in range(3)}, 0.1)
-    MEASURED.update({
+    measured.update({
         "intervals_decided": decided, "exact": summary["exact"],
         "counters": {k: summary[k] for k in ("acc_late", "acc_lost", "pacer_acc_late", "pacer_acc_lost",
                                              "late_rates", "probes_sent", "probes_returned", "rate_changes")},
@@ -319,20 +343,31 @@ def test_xcp_edge_pacing_converges_and_equals_the_reference(emu, tmp_path):
         "pacer_state": {n: {"max_decision_lag_ns": st.max_decision_lag_ns,
                             "max_enqueue_late_ns": st.max_enqueue_late_ns, "late": st.late, "drops": st.drops,
                             "overlimit": st.overlimit} for n, st in pacers.items()},
+        "bottleneck_qmin_ns": [link_rows[("c0", bott, k)]["qmin_ns"] for k in range(K + 1)],
+        "voq": {f"{n}:{dev}": {"late": st.port.late, "dropped": st.port.dropped,
+                               "max_enqueue_late_ns": st.node.max_enqueue_late_ns,
+                               "max_decision_lag_ns": st.node.max_decision_lag_ns} for (n, dev), st in voqs.items()},
     })
 
     # -- the set-up's preconditions -------------------------------------------------------------
     assert decided >= K + 1, f"the agent decided {decided} intervals, expected at least {K + 1}"
     core_rows = [r for r in counters if r["node"] in ("c0", "c1")]
     assert sum(r["dropped"] for r in core_rows) == 0, "a core node dropped: B is too small for this test"
-    assert all(r["node_occ_overflow"] == 0 for r in core_rows)
+    assert all(r.get("node_occ_overflow", 0) == 0 for r in core_rows)
+    if core == "ib":
+        # the queue samples came from the voq rings (the BPF has none for held packets),
+        # every voq decision in time
+        assert voqs and all(st.port.late == 0 and st.port.unmodelled == 0 for st in voqs.values()), voqs
+        for k in range(1, K + 1):
+            row = link_rows[("c0", bott, k)]
+            assert int(row["packets"]) == 0 or row["qmin_ns"] != "", (k, row)
     assert not others, f"macroflows other than the three probed: {sorted(others)}"
     assert summary["activated"] == {f: 1 for f in FLOWS}, summary["activated"]
     for f in FLOWS:
         assert sorted(granted[f]) == list(range(1, max(granted[f]) + 1)) and max(granted[f]) >= K, granted[f]
         # the phase: the pacer released in interval 0 what the reference's pacer did
         assert abs(int(link_rows[(*uplinks[f], 0)]["bytes"]) - ref.sent[f"f{FLOWS.index(f)}"][0]) <= FRAME, \
-            (f, MEASURED["pacer_bytes_interval0"], MEASURED["ref_sent_interval0"])
+            (f, measured["pacer_bytes_interval0"], measured["ref_sent_interval0"])
         assert gap // 8 <= phases[f] <= gap - prop_up - gap // 8, (
             f"{f}: first release {phases[f]} ns after a multiple of the gap: too close to E for the pre-E release "
             f"to stay out of interval 0 at c0 (sender scheduling)")
