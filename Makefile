@@ -1,7 +1,7 @@
 # optical-tcp-testbed: `make run` and `make test` do all set-up themselves.
 SHELL := /bin/bash
 .DELETE_ON_ERROR:
-.PHONY: setup build ebpf kernel test test-unit test-bpf test-native test-guest run bench \
+.PHONY: setup build ebpf kernel test test-all test-unit test-bpf test-native test-guest run bench \
         reproduce-e1 clean distclean help
 
 VENV    := .venv
@@ -13,7 +13,8 @@ GUEST_OPTS ?=
 
 help:
 	@echo "make run    - set up, build, run the main demo (E1, about 4 min under icount), print where its report is"
-	@echo "make test   - set up, build, run all test tiers (unit, BPF, native, guest)"
+	@echo "make test   - set up, build, run all test tiers (unit, BPF, native, guest without the long guest tests)"
+	@echo "make test-all - the same with the long guest tests (study-like runs; hours under TCG)"
 	@echo "make reproduce-e1 - the paper's E1 sweep at k = 4, files x 1 % (very long: ~170 hours on 2 cores; docs/e1.md has a findings subset)"
 	@echo "make bench  - benchmarks (all areas; AREAS="switch traffic" for some)"
 	@echo "make setup  - idempotent set-up only (apt, venv, pinned pip, builds)"
@@ -33,6 +34,10 @@ kernel:
 
 test: setup
 	@tests/run-tiers.sh
+
+# Every tier with the long guest tests too (study-like runs; well over CI's budget).
+test-all: setup
+	@TESTBED_LONG_TESTS=1 tests/run-tiers.sh
 
 test-unit: setup
 	$(PYTEST) tests/unit

@@ -27,6 +27,11 @@ DATAPATHS = ("system", "netdev")
 #: the external_ids key marking a bridge with the id of the run that created it
 OVS_RUN_KEY = "optical-tcp-testbed-run"
 OVS_DELETE_TIMEOUT_S = 120
+#: seconds ovs-vsctl waits for ovs-vswitchd to create a bridge: the first system-datapath
+#: bridge in a guest loads and sets up the kernel datapath, and under the guest's
+#: instruction-counted clock a wait on the host's I/O may advance the clock; 10 s timed out
+#: once (exit -14, SIGALRM) with three guests on two cores (2026-11-24)
+OVS_ADD_TIMEOUT_S = 120
 #: ledger resources: a bridge of this run; a daemon a testbed run started
 BRIDGE, DAEMON = "ovs-bridge", "ovs-daemon"
 
@@ -130,7 +135,7 @@ def add_bridge(ledger: Ledger, name: str, *, datapath: str, fail_mode: str = "st
             f"external_ids:{OVS_RUN_KEY}={ledger.run_id}"]
     if controller:
         args += ["--", "set-controller", name, controller]
-    vsctl(*args)
+    vsctl(*args, timeout=OVS_ADD_TIMEOUT_S)
 
 
 def add_port(bridge: str, port: str, ofport: int | None = None, *, keep_qdisc: bool = False) -> None:

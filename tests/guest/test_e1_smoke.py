@@ -19,7 +19,12 @@ D = 10000 (a 9064 B packet lasts 72.5 ms): at D = 1000 a TCG guest showed p99 la
 
 import json
 
+import pytest
 from helpers import require_features, require_root, run_testbed, summary_rows
+
+#: a study-like run of minutes of guest time: `make test-all`, not CI's `make test`
+pytestmark = pytest.mark.long
+
 
 DEFINITION = """
 [experiment]

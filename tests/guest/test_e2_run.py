@@ -28,10 +28,15 @@ import json
 import math
 from pathlib import Path
 
+import pytest
 from helpers import require_features, require_root, run_testbed, summary_rows
+
 
 from analysis.findings import welch_difference
 from testbed.optical.burstloss import burst_lost
+
+#: a study-like run of minutes of guest time: `make test-all`, not CI's `make test`
+pytestmark = pytest.mark.long
 
 DEFINITION = """
 [experiment]

@@ -19,9 +19,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from helpers import require_features, require_root, run_testbed, summary_rows
 
+
 from testbed.units import Dim, Quantity
+
+#: a study-like run of minutes of guest time: `make test-all`, not CI's `make test`
+pytestmark = pytest.mark.long
 
 DEFINITION = """
 [experiment]

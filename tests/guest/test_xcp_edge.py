@@ -80,6 +80,9 @@ from testbed.optical.architectures import parse
 from testbed.units import Dim, Quantity
 from topologies.nsfnet import CoreGraph, CoreLink, OpsMesh
 
+#: a study-like run of minutes of guest time: `make test-all`, not CI's `make test`
+pytestmark = pytest.mark.long
+
 #: every link, paper bit/s; the dilation; XCP's interval d (paper s)
 RATE = 100e6
 TDF = 20.0
