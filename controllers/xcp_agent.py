@@ -518,8 +518,8 @@ def config_from_plan(plan: Any, *, epoch_ns: int, tdf: float, pacer_devs: Mappin
     by_node: dict[str, list[OutputConfig]] = {}
     for (node, port), h in sorted(plan.outputs.items()):
         by_node.setdefault(node, []).append(OutputConfig(port, h.capacity_bps, h.peer, h.prop_s, h.dev))
-    voq_cores = getattr(plan, "voq_cores", {})
-    cores = tuple(CoreConfig(n, plan.node_ids[n], tuple(outs), *(("voq", voq_cores[n]) if n in voq_cores else ()))
+    cores = tuple(CoreConfig(n, plan.node_ids[n], tuple(outs),
+                             *(("voq", plan.voq_cores[n]) if n in plan.voq_cores else ()))
                   for n, outs in sorted(by_node.items()))
     devs = dict(pacer_devs or {})
     edges = tuple(EdgeConfig(e.name, e.node_id, e.netns, devs.get(e.name, e.uplink_dev), e.uplink_port,

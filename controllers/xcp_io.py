@@ -151,7 +151,7 @@ class XcpIo(SignalClock):
         self.pacers = {e.name: (e.pacer_dev, e.netns or None) for e in cfg.edges}
         #: {voq core: (namespace, {port: device})}
         self.voq_cores = {c.name: (c.netns or None, {o.port: o.dev for o in c.outputs})
-                          for c in cfg.cores if getattr(c, "queue", "bpf") == "voq"}
+                          for c in cfg.cores if c.queue == "voq"}
         self.acc: bpfsys.PinnedMap | None = None
         pin = pin_dir if pin_dir is not None else cfg.pin_dir
         if cfg.cores:

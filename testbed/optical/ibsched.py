@@ -42,6 +42,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
+# an output's XCP ring has the BPF accumulators' layout (kernel/voq.h VOQ_XCP_SLOTS and
+# VOQ_XCP_NONE equal them; tests/unit/test_voq.py checks): interval k in slot k % XCP_SLOTS,
+# XCP_NONE for a slot never used and for qmin_ns without arrival
+from testbed.optical.layout import XCP_NONE, XCP_SLOTS
+
 #: bytes of an Ethernet header: buffers count IP bytes (the paper's packet), frames last
 ETH_HLEN = 14
 SCHEDULERS = ("rr", "islip")
@@ -50,10 +55,6 @@ VOQ_SPLITS = ("shared", "static")
 LATE_BUCKETS = 48
 #: an event that never comes (compares above every int)
 _INF = math.inf
-#: slots of an output's XCP ring (VOQ_XCP_SLOTS): interval k in slot k % XCP_SLOTS
-XCP_SLOTS = 4
-#: "none" (VOQ_XCP_NONE) in an XCP slot's interval (never used) and qmin_ns (no arrival)
-XCP_NONE = 2**64 - 1
 
 
 @dataclass(frozen=True)

@@ -52,8 +52,6 @@ KIND = "voq"
 VERSION = 2
 MAX_PORTS = 64
 LATE_BUCKETS = 48
-#: XCP ring: slots per output (VOQ_XCP_SLOTS) and "none" (VOQ_XCP_NONE), as ibsched's
-XCP_RING_SLOTS, XCP_RING_NONE = XCP_SLOTS, XCP_NONE
 F_PEER_HOST = 0x1
 #: what the optical switch's programs leave in skb->cb for a held packet: cb[CB_DECISION]
 #: = OPTSW_HOLD (the egress program), cb[CB_IN_PORT] = the input port (the ingress program)
@@ -276,7 +274,7 @@ XCP_SLOT_MEMBERS = (("interval", "u64"), ("bytes", "u64"), ("qmin_ns", "u64"), (
 _XCP_SLOT = struct.Struct("=" + "".join("I" if t == "u32" else "Q" for _, t in XCP_SLOT_MEMBERS))   # 32 B
 #: offset of the ring (tc_voq_xstats.xcp) and the size of the whole struct
 XCP_RING_OFFSET = 8 * (len(PORT_STATS_MEMBERS) + len(NODE_STATS_MEMBERS) + LATE_BUCKETS)           # 592
-XSTATS_SIZE = XCP_RING_OFFSET + XCP_RING_SLOTS * _XCP_SLOT.size                                    # 720
+XSTATS_SIZE = XCP_RING_OFFSET + XCP_SLOTS * _XCP_SLOT.size                                    # 720
 
 
 def _xstats_size(data: bytes) -> None:
@@ -294,12 +292,12 @@ def unpack_xstats(data: bytes) -> tuple[PortStats, NodeStats]:
 
 
 def unpack_xcp_ring(data: bytes) -> tuple[XcpSlot, ...]:
-    """The XCP ring of ``struct tc_voq_xstats``: XCP_RING_SLOTS slots, interval k in slot
-    k % XCP_RING_SLOTS, the kernel's values as they are (XCP_RING_NONE for "never used" /
+    """The XCP ring of ``struct tc_voq_xstats``: XCP_SLOTS slots, interval k in slot
+    k % XCP_SLOTS, the kernel's values as they are (XCP_NONE for "never used" /
     "no arrival"). Raises VoqError unless it is XSTATS_SIZE bytes."""
     _xstats_size(data)
     return tuple(XcpSlot(*_XCP_SLOT.unpack_from(data, XCP_RING_OFFSET + k * _XCP_SLOT.size))
-                 for k in range(XCP_RING_SLOTS))
+                 for k in range(XCP_SLOTS))
 
 
 @dataclass(frozen=True)

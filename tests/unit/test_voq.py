@@ -136,11 +136,11 @@ def test_constants_and_bounds_are_the_headers(c_layout):
     assert (voq.LIMIT_BOUNDS[1], voq.BUFFER_BOUNDS[1], voq.LOOKAHEAD_BOUNDS[1], voq.PROP_BOUNDS[1],
             voq.PS_PER_BYTE_BOUNDS[1]) == (d["VOQ_LIMIT_MAX"], d["VOQ_BUFFER_MAX"], d["VOQ_TIME_MAX"],
                                            d["VOQ_TIME_MAX"], d["VOQ_PS_PER_BYTE_MAX"])
-    assert (voq.XCP_RING_SLOTS, voq.XCP_RING_NONE, voq.XCP_INTERVAL_BOUNDS[1]) == (
+    assert (voq.XCP_SLOTS, voq.XCP_NONE, voq.XCP_INTERVAL_BOUNDS[1]) == (
         d["VOQ_XCP_SLOTS"], d["VOQ_XCP_NONE"], d["VOQ_TIME_MAX"])
-    assert (ibsched.XCP_SLOTS, ibsched.XCP_NONE) == (voq.XCP_RING_SLOTS, voq.XCP_RING_NONE)
+    assert (ibsched.XCP_SLOTS, ibsched.XCP_NONE) == (voq.XCP_SLOTS, voq.XCP_NONE)
     # the ring's layout and "none" are the BPF accumulators' (ebpf/optswitch.h)
-    assert (voq.XCP_RING_SLOTS, voq.XCP_RING_NONE) == (layout.XCP_SLOTS, layout.XCP_NONE)
+    assert (voq.XCP_SLOTS, voq.XCP_NONE) == (layout.XCP_SLOTS, layout.XCP_NONE)
     # the registry's B bound is the module's
     assert REGISTRY.get("ib").params[0].hi == d["VOQ_BUFFER_MAX"]
 
@@ -180,9 +180,9 @@ def test_counters_unpack_member_by_member_as_the_header_lays_them_out(c_layout):
     slot = c_layout["xcp_slot"]
     assert [m for m, _ in voq.XCP_SLOT_MEMBERS] == list(slot) == [f for f in ibsched.XcpSlot.__dataclass_fields__]
     assert [size for _, (_, size) in slot.items()] == [4 if t == "u32" else 8 for _, t in voq.XCP_SLOT_MEMBERS]
-    assert voq.XCP_RING_OFFSET == ring_off and ring_size == voq.XCP_RING_SLOTS * c_layout["sizes"]["xcp_slot"]
+    assert voq.XCP_RING_OFFSET == ring_off and ring_size == voq.XCP_SLOTS * c_layout["sizes"]["xcp_slot"]
     want_ring = []
-    for k in range(voq.XCP_RING_SLOTS):
+    for k in range(voq.XCP_SLOTS):
         vals = {m: 3000 + 10 * k + j for j, m in enumerate(slot)}
         for m, (off, size) in slot.items():
             struct.pack_into("<I" if size == 4 else "<Q", raw, ring_off + k * c_layout["sizes"]["xcp_slot"] + off,
@@ -457,10 +457,10 @@ def test_read_ports_reads_every_port_of_a_node_from_one_dump(monkeypatch):
     app0, app1 = bytearray(voq.XSTATS_SIZE), bytearray(voq.XSTATS_SIZE)
     struct.pack_into("<Q", app0, 8, 5)           # port.cut
     struct.pack_into("<Q", app1, 8, 6)
-    for k in range(voq.XCP_RING_SLOTS):                       # app0's ring never used, app1's slot 1 = interval 5
-        struct.pack_into("<QQQII", app0, voq.XCP_RING_OFFSET + 32 * k, voq.XCP_RING_NONE, 0, voq.XCP_RING_NONE, 0, 0)
+    for k in range(voq.XCP_SLOTS):                       # app0's ring never used, app1's slot 1 = interval 5
+        struct.pack_into("<QQQII", app0, voq.XCP_RING_OFFSET + 32 * k, voq.XCP_NONE, 0, voq.XCP_NONE, 0, 0)
         struct.pack_into("<QQQII", app1, voq.XCP_RING_OFFSET + 32 * k, *(
-            (5, 3028, 777, 2, 0) if k == 1 else (voq.XCP_RING_NONE, 0, voq.XCP_RING_NONE, 0, 0)))
+            (5, 3028, 777, 2, 0) if k == 1 else (voq.XCP_NONE, 0, voq.XCP_NONE, 0, 0)))
     q0, q1 = voq.Qopt(2, 5, 2, 0, 0, 0, 0, 10, 1500, 10**6, 8000, 10**7), voq.Qopt(2, 5, 2, 1, 0, 0, 0, 10, 1500,
                                                                                   10**6, 8000, 10**7, 10**9, 10**6)
     replies = [(qdiscnl.RTM_NEWQDISC, _qdisc_msg(11, qdiscnl.TC_H_ROOT, "voq", q0.pack(), bytes(app0), 3)),
