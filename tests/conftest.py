@@ -20,3 +20,47 @@ def pin_dir():
             bpf.PIN_ROOT.rmdir()  # only if no other run uses it
         except OSError:
             pass
+
+
+# --- Host wall time per test, from inside the icount guest --------------------------
+# Under QEMU icount (sleep=off) the guest's clocks run on executed instructions and jump
+# over idle waits, so pytest's --durations are guest time: not what CI's budget counts.
+# A file written on a folder the host shares (9p) gets its mtime from the host's clock;
+# with TESTBED_HOST_CLOCK_DIR set (tests/run-tiers.sh sets it for the guest tier), each
+# test's host wall time is taken that way and the slowest are listed at the end.
+_HOST_CLOCK_ENV = "TESTBED_HOST_CLOCK_DIR"
+_host_wall_s: dict[str, float] = {}
+
+
+def _host_clock_ns(folder: str) -> int:
+    """The host's CLOCK_REALTIME (ns), as the mtime of a file written in ``folder``
+    (a folder the host shares). Raises OSError when ``folder`` is not writable."""
+    path = os.path.join(folder, f".host-clock-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, b"t")
+        return os.fstat(fd).st_mtime_ns
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    folder = os.environ.get(_HOST_CLOCK_ENV)
+    if not folder:
+        yield
+        return
+    t0 = _host_clock_ns(folder)
+    yield
+    _host_wall_s[item.nodeid] = (_host_clock_ns(folder) - t0) / 1e9
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _host_wall_s:
+        return
+    tr = terminalreporter
+    tr.write_sep("=", f"slowest 15 by host wall clock (setup + call + teardown; all {len(_host_wall_s)} "
+                      f"tests: {sum(_host_wall_s.values()):.0f} s)")
+    for nodeid, s in sorted(_host_wall_s.items(), key=lambda kv: -kv[1])[:15]:
+        tr.write_line(f"{s:8.1f}s  {nodeid}")

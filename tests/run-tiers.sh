@@ -25,10 +25,11 @@ tier native "$py" -m pytest -q -p no:cacheprovider --junitxml="$junit/native.xml
 # missing kernel feature is a failure, not a skip. (The native killed-run test targets
 # the host's OVS userspace datapath; the guest tier has its own, on the kernel datapath.)
 # Tests marked `long` (minutes of guest time each) run only with TESTBED_LONG_TESTS=1
-# (`make test-all`): `make test` is CI's and keeps within its time budget.
+# (`make test-all`): `make test` is CI's and keeps within its time budget. Durations:
+# pytest's are guest time (icount); the host-clock list (tests/conftest.py) is wall time.
 select=(-m "not long")
 if [ "${TESTBED_LONG_TESTS:-0}" = 1 ]; then select=(); fi
-tier guest  .venv/bin/testbed guest --rwdir "$junit" -- env TESTBED_REQUIRE_FEATURES=1 \
+tier guest  .venv/bin/testbed guest --rwdir "$junit" -- env TESTBED_REQUIRE_FEATURES=1 TESTBED_HOST_CLOCK_DIR="$junit" \
   "$py" -m pytest -q -p no:cacheprovider --durations=12 "${select[@]}" --junitxml="$junit/guest.xml" \
   tests/guest tests/native/test_features.py tests/bpf
 
