@@ -43,7 +43,7 @@ def test_rtt_and_throughput_match_configuration(tmp_path):
     base = float(summary_rows(tmp_path / "base")[0]["rtt_min_s"]) - 2 * BASE_DELAY_S
     assert not (tmp_path / "base" / "report").exists()  # --no-report
     run_testbed("run", "demo", *common, "--set", "delay=10 ms", "--set", "duration=10 s", "--set", "omit=2 s",
-            "--pcap", "h1-h2", "--out", str(tmp_path / "netem"))
+            "--pcap", "h1-h2", "--no-report", "--out", str(tmp_path / "netem"))
     row = summary_rows(tmp_path / "netem")[0]
     rtt, thr = float(row["rtt_min_s"]), float(row["throughput_bps"])
     print(f"base RTT {base * 1e3:.3f} ms, RTT {rtt * 1e3:.3f} ms, throughput {thr / 1e6:.2f} Mbit/s")
@@ -53,8 +53,10 @@ def test_rtt_and_throughput_match_configuration(tmp_path):
     pcap = tmp_path / "netem" / "pcap" / "p0000-h1-h2.pcap"
     n = subprocess.run(["tcpdump", "-r", str(pcap), "-nn", "-q", "tcp"], capture_output=True, text=True)
     assert n.returncode == 0 and n.stdout.count("\n") > 1000, n.stderr
+    # (no report: a guest run's report is made on the host, after the guest; in the guest
+    # matplotlib's imports over 9p cost a minute of CI's wall time. tests/native/test_e3_run.py
+    # and the unit tier make reports.)
     assert all(not v.strip() for v in leftovers().values()), leftovers()
-    assert (tmp_path / "netem" / "report" / "index.html").exists()
 
 
 def test_time_dilation_keeps_paper_units(tmp_path):
