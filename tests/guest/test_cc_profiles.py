@@ -512,10 +512,10 @@ def test_swapping_at_run_time(ledger):
         algs = sorted(w for w in ss.split() if w in ("cubic", "saw"))
         assert algs == ["cubic", "saw"], ss
         assert modules.refcount("tcp_saw") >= 2  # the socket and the namespace default
-        t = time.monotonic()
+        # refused, module still loaded (no time bound: under icount a process start-up
+        # over 9p moves the guest clock by tens of seconds; CI saw 30 s)
         r = run_testbed("cc", "unload", "saw", check=False, timeout=60)
         assert r.returncode == 1 and "in use" in r.stderr, r.stderr
-        assert time.monotonic() - t < 30
         assert modules.refcount("tcp_saw") is not None
         for p in (a, b, server):
             p.kill()

@@ -8,13 +8,12 @@ or a Vagrant VM) netem, fq and the OVS kernel datapath must be there.
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from testbed import features
+from testbed import features, hostclock
 from testbed.features import Probe, probe_all
 
 pytestmark = [
@@ -25,15 +24,20 @@ pytestmark = [
 RESTRICTED = not Path("/proc/modules").exists()  # the host VM kernel: no loadable modules
 
 
+def _output(argv: list[str]) -> str:
+    # hostclock: in the icount guest a 10 s timeout on the guest's clock alone expired
+    # while `ip` was being read over 9p (CI, two guests beside a third)
+    proc = hostclock.run(argv, timeout=10)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
 def netns_list() -> list[str]:
-    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
-                         timeout=10, check=True).stdout
-    return sorted(out.splitlines())
+    return sorted(_output(["ip", "netns", "list"]).splitlines())
 
 
 def root_links() -> set[str]:
-    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True,
-                         timeout=10, check=True).stdout
+    out = _output(["ip", "-o", "link", "show"])
     return {line.split(":")[1].strip().split("@")[0] for line in out.splitlines()}
 
 
