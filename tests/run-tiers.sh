@@ -45,7 +45,7 @@ tier native "$py" -m pytest -q -p no:cacheprovider --junitxml="$junit/native.xml
 # (`make test-all`): `make test` is CI's and keeps within its time budget.
 # The guest tier runs as two guests at once (one vCPU each, the 2 cores CI has; the
 # guests share only the repository), split by file so that the two take about the same
-# wall time. Measured 2026-11-25 by the host clock (tests/conftest.py, host-wall.tsv),
+# wall time. Measured 2026-11-25 on the host's clock (tests/conftest.py, host-wall.tsv),
 # both shards beside a third guest: shard 1 1 229 s of tests (optical_switch 555,
 # BPF + feature probes 390, killed run 100, ...), shard 2 1 231 s (cc_profiles 438,
 # netem_path 362, e3_kernel_datapath 252, obs_fabric 115, ...); the tier 1 371 s, where
@@ -57,7 +57,7 @@ if [ "${TESTBED_LONG_TESTS:-0}" = 1 ]; then select=(); fi
 guest_shard() {
   local i=$1; shift
   "$py" -m testbed guest --rwdir "$junit/g$i" -- env TESTBED_REQUIRE_FEATURES=1 TESTBED_BPF_ONE_CASE=1 \
-    TESTBED_HOST_CLOCK_DIR="$junit/g$i" "$py" -m pytest -q -p no:cacheprovider --durations=12 "${select[@]}" \
+    TESTBED_HOST_WALL_TSV="$junit/g$i/host-wall.tsv" "$py" -m pytest -q -p no:cacheprovider --durations=12 "${select[@]}" \
     --junitxml="$junit/g$i/guest.xml" "$@" 2>&1 | sed -u "s/^/[guest $i] /"
 }
 guest_tier() {
