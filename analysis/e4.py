@@ -569,8 +569,9 @@ def reordering_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def artefacts_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """Per configuration: drops (none expected), what held the sender, how late the move
-    was (s and RTTs), the dilation and the emulation's speed."""
+    """Per configuration: drops (none expected; memory_*: the endpoints' kernel short of
+    TCP memory, nan for runs made before it was counted), what held the sender, how late
+    the move was (s and RTTs), the dilation and the emulation's speed."""
     out = []
     for c in configurations(summary):
         g = c.rows
@@ -578,6 +579,8 @@ def artefacts_table(summary: pd.DataFrame) -> pd.DataFrame:
         tdf = sorted(set(_num(g, "tdf").dropna()))
         out.append({**_base(c), "router_drops": _num(g, "router_drops").sum(),
                     "capture_drops": _num(g, "capture_drops").sum(),
+                    "memory_drops": _num(g, "memory_drops").sum(min_count=1),
+                    "memory_pressures": _num(g, "memory_pressures").sum(min_count=1),
                     "rwnd_limited_share": _num(g, "rwnd_limited_share").mean(),
                     "sndbuf_limited_share": _num(g, "sndbuf_limited_share").mean(),
                     "move_lateness_s mean": late.mean(), "move_lateness_s max": late.max(),

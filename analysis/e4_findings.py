@@ -205,7 +205,9 @@ def _side(all_runs: pd.DataFrame, used: pd.DataFrame) -> str:
     if len(used):
         bits.append(f"per run: fast recoveries {total('fast_recoveries') / len(used):.3g}, undos "
                     f"{total('undos') / len(used):.3g}, retransmitted segments {total('retrans_segs') / len(used):.3g}")
-        for col, what in (("router_drops", "packets dropped by qdiscs"), ("capture_drops", "capture drops")):
+        for col, what in (("router_drops", "packets dropped by qdiscs"), ("capture_drops", "capture drops"),
+                          ("memory_drops", "segments the receiver dropped for want of TCP memory (an emulation "
+                           "artefact)")):
             if total(col) > 0:
                 bits.append(f"{what}: {total(col):.0f} in all")
     return "; ".join(bits)

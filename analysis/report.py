@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import html
 import json
+import logging
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -12,6 +14,8 @@ from analysis import findings as findings_mod
 from testbed import families
 from testbed.metrics import check_columns
 from testbed.results import RunStore, atomic_write, config_family
+
+log = logging.getLogger(__name__)
 
 
 class CombineError(ValueError):
@@ -103,7 +107,9 @@ def generate(results: Path) -> Path:
     figures: list[Path] = []
     tables: list[tuple[str, pd.DataFrame]] = []
     if not summary.empty:
-        check_columns(family.metrics, summary.columns, str(summary_path))
+        for name in check_columns(family.metrics, summary.columns, str(summary_path)):
+            log.info("%s: no column %s (added to the family later): read as empty", summary_path, name)
+            summary[name] = math.nan
         figures, tables = family.analysis().analyse(summary, config, out)
     for i, (title, table) in enumerate(tables):
         table.to_csv(out / f"table{i + 1}.csv", index=False)

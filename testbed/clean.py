@@ -9,11 +9,11 @@ ledger, never this module, so there is no cycle.
 
 from __future__ import annotations
 
-from testbed import bpf, ledger, nsops, ovs, process, vm
+from testbed import bpf, ledger, nsops, ovs, process, tcpmem, vm
 from testbed.cc import modules
 
 #: the modules that register ledger teardowns (files: testbed.ledger)
-OWNERS = (ledger, process, nsops, ovs, modules, vm, bpf)
+OWNERS = (ledger, process, nsops, ovs, modules, vm, bpf, tcpmem)
 
 
 def clean(*, include_running: bool = False) -> tuple[list[str], list[str], list[str]]:

@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parent.parent
 PYTHON_PACKAGES = ("virtme-ng", "os-ken", "pyroute2", "scapy", "numpy", "scipy", "pandas",
                    "matplotlib", "mininet", "optical-tcp-testbed")
 SYSCTLS = ("net.ipv4.tcp_congestion_control", "net.ipv4.tcp_sack", "net.ipv4.tcp_timestamps",
-           "net.ipv4.tcp_window_scaling", "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem",
+           "net.ipv4.tcp_window_scaling", "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem", "net.ipv4.tcp_mem",
            "net.ipv4.tcp_no_metrics_save", "net.ipv4.tcp_thin_linear_timeouts",
            "net.core.default_qdisc", "net.ipv4.tcp_allowed_congestion_control", "kernel.hz")
 

@@ -29,6 +29,9 @@ class Metric:
     name: str
     unit: str
     doc: str
+    #: the date (YYYY-MM-DD) the column was added to a family that had runs already;
+    #: a summary.csv written before it may lack the column and is read with it empty
+    since: str | None = None
 
 
 def check_row(metrics: Iterable[Metric], row: Mapping[str, Any], where: str) -> None:
@@ -44,10 +47,13 @@ def check_row(metrics: Iterable[Metric], row: Mapping[str, Any], where: str) -> 
                            "declare them in the family's metrics")
 
 
-def check_columns(metrics: Iterable[Metric], columns: Collection[str], where: str) -> None:
+def check_columns(metrics: Iterable[Metric], columns: Collection[str], where: str) -> list[str]:
     """Raise SummaryError naming every declared metric missing from ``columns`` (the
-    header of ``where``, a summary.csv)."""
-    missing = [m.name for m in metrics if m.name not in columns]
+    header of ``where``, a summary.csv), except metrics added later (``since``): their
+    names are returned, for the reader to add as empty columns."""
+    metrics = list(metrics)
+    missing = [m.name for m in metrics if m.name not in columns and m.since is None]
     if missing:
         raise SummaryError(f"{where}: no column(s) {', '.join(missing)}, which the family declares; "
                            "written by another version of the family?")
+    return [m.name for m in metrics if m.name not in columns]

@@ -72,7 +72,7 @@ def sender_port(packets: Any, ip: str) -> int:
 
 def summarise(family: Any, fp: "FlowPoint", result: "TrafficResult") -> dict[str, Any]:
     """The point's summary row (``family``'s metrics) and files (module docstring)."""
-    from testbed import pcaptcp
+    from testbed import pcaptcp, tcpmem
     from testbed.cc import lossdetect
     from topologies.flowmove import RECEIVER, SENDER, SENDER_IP
 
@@ -186,6 +186,15 @@ def summarise(family: Any, fp: "FlowPoint", result: "TrafficResult") -> dict[str
     counters = {}
     for phase, (a, b) in {"before": ("start", "move"), "after": ("move", "end")}.items():
         counters[phase] = {role: lossdetect.delta(snaps[a][ns], snaps[b][ns]) for role, ns in names.items()}
+    memory_pressures = sum(counters[ph][role].get("TcpExtTCPMemoryPressures", 0)
+                           for ph in counters for role in counters[ph])
+    memory_drops = sum(counters[ph]["receiver"].get(k, 0)
+                       for ph in counters for k in ("TcpExtTCPOFODrop", "TcpExtTCPRcvQDrop"))
+    if memory_pressures or memory_drops:
+        text = (f"the kernel ran short of TCP memory: {memory_pressures} pressure event(s), {memory_drops} "
+                "segment(s) dropped by the receiver (an emulation artefact; testbed.tcpmem, docs/e4.md)")
+        log.warning("%s: %s", ctx.dir.name, text)
+        ctx.progress(f"warning: {text}")
     snd_before = lossdetect.classify(counters["before"]["sender"])
     snd_after = lossdetect.classify(counters["after"]["sender"])
     ctx.write_json("counters.json", {**counters, "note": "kernel counter differences (nstat names) of the sender's "
@@ -262,6 +271,9 @@ def summarise(family: Any, fp: "FlowPoint", result: "TrafficResult") -> dict[str
         "ssthresh_min_after": min((r["ssthresh"] for r in carried + post), default=nan),
         "rwnd_limited_share": (snd_info.get("rwnd_limited_us", 0) / busy) if busy else nan,
         "sndbuf_limited_share": (snd_info.get("sndbuf_limited_us", 0) / busy) if busy else nan,
+        "tcp_mem_bytes": m["tcp_mem"][1] * tcpmem.page_size() if m.get("tcp_mem") else nan,
+        "memory_pressures": memory_pressures,
+        "memory_drops": memory_drops,
         "router_drops": m.get("router_drops", 0),
         "capture_drops": m.get("capture_drops", 0),
         "paper_s_per_wall_s": (D.time_to_paper(emu_s) / wall) if wall and emu_s else nan,

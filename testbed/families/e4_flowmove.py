@@ -186,6 +186,15 @@ class E4FlowMove(FlowFamily):
         Metric("rwnd_limited_share", "1", "share of the sender's busy time held by the receiver's window "
                "(tcp_info; ~1 when the buffer is the limit)"),
         Metric("sndbuf_limited_share", "1", "share of the sender's busy time held by its send buffer"),
+        Metric("tcp_mem_bytes", "B", "the kernel's global TCP memory pressure threshold during the point "
+               "(net.ipv4.tcp_mem[1] x page size; raised to 8 alpha, what sender and receiver may hold)",
+               since="2026-11-25"),
+        Metric("memory_pressures", "count", "times the kernel entered TCP memory pressure during the point "
+               "(TcpExtTCPMemoryPressures, sender and receiver; an emulation artefact: should be 0)",
+               since="2026-11-25"),
+        Metric("memory_drops", "count", "segments the receiver dropped for want of socket memory "
+               "(TcpExtTCPOFODrop + TcpExtTCPRcvQDrop; an emulation artefact: should be 0)",
+               since="2026-11-25"),
         Metric("router_drops", "count", "packets the routers' and hosts' qdiscs dropped (0: no loss at any "
                "link)"),
         Metric("capture_drops", "count", "packets tcpdump reported dropped by the kernel (capture counts are "
@@ -345,8 +354,11 @@ class E4FlowMove(FlowFamily):
         raises ``window_clamp`` with the buffer in Linux 6.1's tcp_rcv_space_adjust(), so
         TCP_WINDOW_CLAMP = alpha would not hold: measured, the flow ran at the links'
         2.4 Gbit/s instead of 1), the sender autotunes up to 4 alpha (per namespace);
-        the live tracer."""
-        from testbed import nsops
+        the kernel's global TCP memory limit (``tcp_mem``, shared by every namespace)
+        raised to what both sockets may hold, 8 alpha (testbed.tcpmem: at the boot
+        default, a 125 MB window reordered by the move made the receiver drop
+        out-of-order segments for want of memory); the live tracer."""
+        from testbed import nsops, tcpmem
         from topologies.flowmove import R1, RECEIVER, RECEIVER_NET, SENDER, VIA_IP_PATH
 
         v = fp.values
@@ -355,6 +367,7 @@ class E4FlowMove(FlowFamily):
         fp.emu[RECEIVER].sysctl("net.ipv4.tcp_moderate_rcvbuf", 0)
         fp.emu[RECEIVER].sysctl("net.ipv4.tcp_rmem", f"4096 {big} {big}")
         fp.emu[SENDER].sysctl("net.ipv4.tcp_wmem", f"4096 16384 {big}")
+        fp.measured["tcp_mem"] = fp.ctx.keep("tcp-mem", 2 * big, lambda: tcpmem.at_least(fp.ctx.ledger, 2 * big))
         fp.measured["tracer"] = cls._tracer(fp) if v["trace_cwnd"] else None
 
     @classmethod

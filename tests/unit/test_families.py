@@ -165,6 +165,16 @@ def test_an_undeclared_summary_column_is_refused_naming_it(tmp_path):
     assert json.loads((store.point_dir(point) / "summary.json").read_text())["rtt_max_s"] == 1.0
 
 
+def test_summary_csv_lacking_a_metric_added_later_is_read_empty_and_others_are_refused():
+    from testbed.metrics import Metric, check_columns
+
+    metrics = [Metric("a", "1", "old"), Metric("b", "count", "added later", since="2026-11-25")]
+    assert check_columns(metrics, ["a", "b"], "s.csv") == []
+    assert check_columns(metrics, ["a"], "s.csv") == ["b"]
+    with pytest.raises(SummaryError, match="s.csv: no column.s. a, which the family declares"):
+        check_columns(metrics, ["b"], "s.csv")
+
+
 # ---- congestion control: one selection ------------------------------------------------------
 def test_flow_families_select_profiles_with_their_parameter_and_host_overrides():
     e3 = definition.load("e3-demo")

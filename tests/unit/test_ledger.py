@@ -185,7 +185,7 @@ def test_a_partial_user_starting_at_seq_0_does_not_archive_the_ledger(tmp_path):
 OWNERS = {"process": "testbed.process", "netns": "testbed.nsops", "link": "testbed.nsops",
           "qdisc": "testbed.nsops", "ovs-bridge": "testbed.ovs", "ovs-daemon": "testbed.ovs",
           "module": "testbed.cc.modules", "guest": "testbed.vm", "file": "testbed.ledger",
-          "bpf-pin": "testbed.bpf"}
+          "bpf-pin": "testbed.bpf", "sysctl": "testbed.tcpmem"}
 
 
 def test_every_resource_is_registered_by_its_owner():
