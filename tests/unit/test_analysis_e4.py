@@ -259,6 +259,17 @@ def test_runs_that_did_not_move_are_left_out():
     assert f["F1"].a.n == 2 and "1 of 3 runs not moved" in f["F1"].side
 
 
+def test_runs_short_of_tcp_memory_are_left_out_and_named():
+    s = summary_of(Story())
+    s["memory_drops"] = [0, float("nan"), 0]      # nan: a run made before they were counted
+    s.loc[0, ["memory_drops", "dip_depth", "rep"]] = [66057, 0.0, 7]
+    f = {x.id: x for x in evaluate(s)}
+    assert f["F1"].a.n == 2 and "1 of 3 runs with segments dropped for want of TCP memory" in f["F1"].side
+    s["memory_drops"] = 5
+    f = {x.id: x for x in evaluate(s)}
+    assert f["F1"].verdict == findings.NOT_MEASURED and "without memory drops" in f["F1"].reason
+
+
 # ---- helpers --------------------------------------------------------------------------------
 
 def test_first_second_rate_takes_the_finest_bins_and_cuts_edge_bins_pro_rata():
