@@ -237,6 +237,32 @@ def test_lookup_and_dump_return_what_update_wrote(pin_dir):
         "packets": 11, "bytes": 22, "first_ns": 33, "last_ns": 44}
 
 
+@needs_bpf
+def test_a_batch_of_many_loads_holds_descriptors_for_one_object_only(pin_dir):
+    """tbload keeps only the latest load's object open: 200 loads (each with a test run
+    of its own program) fit under a 64-descriptor limit. It used to keep every object
+    open until exit and ran out of descriptors (EMFILE) on an Abilene fabric's ~400 port
+    loads at the guest's limit of 1024."""
+    import resource
+
+    batch = bpf.Batch()
+    loads = 200
+    for port in range(loads):
+        batch.load(bpf.object_path("portstat"), pin_dir, rodata=bpf._portstat_rodata(9, port, "egress"))
+        batch.test_run("@portstat", data=_udp_frame(64))
+    bpf.ensure_bpffs()
+
+    def low_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+    proc = subprocess.run([str(bpf.loader_path()), "batch"], input="".join(batch._lines), text=True,
+                          capture_output=True, timeout=600, preexec_fn=low_limit)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = bpf.read_port_counters(pin_dir)
+    assert sorted(_key(r)[1] for r in rows) == list(range(loads))
+    assert all(r["packets"] == 1 for r in rows)
+
+
 # --- a real veth pair in two network namespaces -------------------------------------
 
 def _ip(*args: str) -> None:
