@@ -5,8 +5,8 @@ memory, above the second it is "under pressure" and shrinks socket buffers, abov
 third it refuses to allocate) is **one value for the whole kernel**, not one per
 network namespace (Linux 6.1: ``sysctl_tcp_mem`` in ``ipv4_table``, writable only from
 the initial namespace). The kernel sizes it at boot from the memory it has
-(``tcp_init_mem()``: pressure at 1/16 of the free buffer pages, about 190 MB in a 3 GB
-guest). Every emulated host of a network shares it, so one flow whose sender keeps a
+(``tcp_init_mem()``: pressure at 1/16 of the free buffer pages; the 3 GB guest boots
+with 137 / 183 / 275 MB). Every emulated host of a network shares it, so one flow whose sender keeps a
 window of unacknowledged data while its receiver keeps the same window out of order can
 exceed what one real host's kernel would allow: measured in E4 at 1 Gbit/s x 1 s (125
 MB window), the receiver then dropped 66 057 out-of-order segments for want of memory
