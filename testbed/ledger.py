@@ -13,8 +13,9 @@ Each resource (``process``, ``netns``, ``ovs-bridge``, ...) is removed by a
 when it is imported: processes in :mod:`testbed.process`, namespaces, links and qdiscs
 in :mod:`testbed.nsops`, OVS bridges and daemons in :mod:`testbed.ovs`, kernel modules
 in :mod:`testbed.cc.modules`, the guest in :mod:`testbed.vm`, BPF pin directories in
-:mod:`testbed.bpf`, a raised global ``tcp_mem`` in :mod:`testbed.tcpmem`; files here. This module imports none of them (they import it); a process that
-tears down ledgers it did not write imports them all through :mod:`testbed.clean`.
+:mod:`testbed.bpf`, a raised global ``tcp_mem`` in :mod:`testbed.tcpmem`; files here.
+This module imports none of them (they import it); a process that tears down ledgers it
+did not write imports them all through :mod:`testbed.clean`.
 
 Objects that existed before the run are never touched: namespaces and interfaces carry
 the run's unique token in their names and creation fails rather than reuse an existing

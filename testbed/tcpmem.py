@@ -90,7 +90,12 @@ def at_least(ledger: Ledger | None, need_bytes: int) -> Iterator[tuple[int, int,
         yield old
         return
     seq = ledger.add(RESOURCE, key=KEY, old=list(old), new=list(new)) if ledger is not None else None
-    _write(new)
+    try:
+        _write(new)
+    except TcpMemError:
+        if seq is not None and ledger is not None:
+            ledger.mark_gone(seq)   # nothing changed: nothing to put back
+        raise
     log.info("%s raised from %s to %s pages for this run", KEY, old, new)
     try:
         yield new

@@ -82,3 +82,15 @@ def test_malformed_value_is_an_error(sysctl):
     sysctl["value"] = "100 200"
     with pytest.raises(tcpmem.TcpMemError, match="not three page counts"):
         tcpmem.read()
+
+
+def test_a_refused_write_leaves_nothing_to_put_back(sysctl, monkeypatch):
+    def refuse(netns, key, value):
+        raise nsops.NsOpsError(f"sysctl {key}={value} in the root namespace: Read-only file system")
+
+    monkeypatch.setattr(nsops, "sysctl_write", refuse)
+    led = Ledger.create("t5")
+    with pytest.raises(tcpmem.TcpMemError, match="Read-only"):
+        with tcpmem.at_least(led, 1000 * PAGE):
+            pass
+    assert led.live() == []
