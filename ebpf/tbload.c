@@ -125,8 +125,14 @@ static bool verbose;
 static const struct op *cur; /* for error messages */
 static int orig_netns = -1;
 static struct loaded last_load;
-/* true while bpf_tc_hook_create() runs: its "exists" answer is expected */
+/*
+ * While bpf_tc_hook_create() runs, libbpf's messages are held in hook_msg instead of
+ * printed: the kernel answers "Exclusivity flag on" when DEV has its clsact qdisc
+ * already (EEXIST, the usual case). They are printed only if the create failed
+ * otherwise.
+ */
 static bool creating_hook;
+static char hook_msg[512];
 
 static struct {
 	char *path;
@@ -154,9 +160,12 @@ static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list 
 {
 	if (level == LIBBPF_DEBUG && !verbose)
 		return 0;
-	/* The kernel's answer when DEV has its clsact qdisc already (EEXIST, handled). */
-	if (creating_hook && !verbose && strstr(fmt, "Kernel error message"))
+	if (creating_hook && !verbose) {
+		size_t used = strlen(hook_msg);
+
+		vsnprintf(hook_msg + used, sizeof(hook_msg) - used, fmt, ap);
 		return 0;
+	}
 	return vfprintf(stderr, fmt, ap);
 }
 
@@ -869,10 +878,12 @@ static int do_attach(const struct op *op)
 		return -1;
 	hook.ifindex = ifindex;
 	hook.attach_point = op->ap;
+	hook_msg[0] = '\0';
 	creating_hook = true;
 	err = bpf_tc_hook_create(&hook);
 	creating_hook = false;
 	if (err && err != -EEXIST) {
+		fputs(hook_msg, stderr);
 		fail("creating the clsact qdisc on %s: %s", dev, strerror(-err));
 		return -1;
 	}
