@@ -5,7 +5,8 @@ those ``testbed.families.e1_fattree`` declares, checked by the report) and confi
 Figures: network throughput (Gb/s) against load (requests/s, log x), one curve per switch
 configuration, mean with 95 % Student-t intervals over repetitions; one panel per CCA,
 one figure per link length. Tables: the headline throughput table, per configuration
-the maximum buffer occupancy, OEO fraction and packet loss ratio, and the findings
+the maximum buffer occupancy, OEO fraction and packet loss ratio, the emulation's
+artefacts (failed transfers, skipped retransmissions, memory events), and the findings
 (``analysis.e1_findings``: the paper's claims with 95 % intervals, also written to
 ``findings.csv`` / ``findings.md`` in the report folder).
 """
@@ -105,6 +106,30 @@ def aggregate(summary: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+#: per-point artefacts of the emulation (summed over repetitions): what a reviewer checks
+#: before trusting a throughput; a column missing from an older summary reads as NaN
+ARTEFACT_COLUMNS = (("flows_failed", "failed transfers"), ("retransmits_suppressed", "skipped retransmissions"),
+                    ("spurious_retransmits", "spurious retransmissions (DSACK)"),
+                    ("data_segments", "data segments"), ("memory_pressures", "TCP memory pressures"),
+                    ("memory_drops", "memory drops"), ("listen_drops", "listen drops"))
+
+
+def artefacts(summary: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration and load: the emulation's artefacts summed over the
+    repetitions (failed transfers, skipped retransmissions, memory events, listen drops;
+    each expected 0) and the spurious share of data segments (DSACK-confirmed)."""
+    s = configs(summary)
+    rows = []
+    for (cca, length, config, load), g in s.groupby(["cca", "length_m", "config", "load_per_s"], sort=True):
+        row: dict = {"cca": cca, "link_length_m": length, "switch": config, "load_per_s": load, "n": len(g)}
+        for col, name in ARTEFACT_COLUMNS:
+            row[name] = pd.to_numeric(g[col], errors="coerce").sum(min_count=1) if col in g else math.nan
+        data = row["data segments"]
+        row["spurious share"] = row["spurious retransmissions (DSACK)"] / data if data else math.nan
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def analyse(summary: pd.DataFrame, config: dict, out: Path) -> tuple[list[Path], list[tuple[str, pd.DataFrame]]]:
     """Draw the throughput-vs-load panels, write findings.csv/.md into ``out`` (the report
     folder) and return (figures, tables); the findings table is titled ``findings.TITLE``."""
@@ -144,4 +169,7 @@ def analyse(summary: pd.DataFrame, config: dict, out: Path) -> tuple[list[Path],
                            preamble=f"E1, size_scale {scale}. Rule and margins: docs/e1.md, section Findings.")
     return figs, [("Network throughput per configuration (Figs. 4/5 data, paper units)", headline),
                   ("Buffer occupancy, OEO fraction and packet loss ratio (means over repetitions)", buffers),
+                  ("Emulation artefacts (sums over repetitions; failed transfers, skipped retransmissions, "
+                   "memory events and listen drops are expected 0; NaN: not recorded by that run)",
+                   artefacts(summary)),
                   (f"{findings.TITLE}, size_scale {scale}", found)]

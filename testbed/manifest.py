@@ -22,15 +22,30 @@ SYSCTLS = ("net.ipv4.tcp_congestion_control", "net.ipv4.tcp_sack", "net.ipv4.tcp
            "net.core.default_qdisc", "net.ipv4.tcp_allowed_congestion_control", "kernel.hz")
 
 
-def git_info() -> dict[str, Any]:
-    def git(*args: str) -> str:
+def git_info(timeout_s: float = 60.0) -> dict[str, Any]:
+    """The commit the run uses: ``sha`` ("unknown" when git could not answer) and
+    ``dirty`` (tracked files changed; None when git could not answer: never a guess).
+    Each git call is bounded on both clocks (testbed.hostclock: a loaded icount guest's
+    clock runs ahead of the host's; 10 s on the guest's clock alone was overrun)."""
+    from testbed import hostclock
+
+    def git(*args: str) -> str | None:
         try:
-            return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True,
-                                  timeout=10).stdout.strip()
-        except (OSError, subprocess.TimeoutExpired):
-            return ""
-    return {"sha": git("rev-parse", "HEAD") or "unknown",
-            "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+            proc = subprocess.Popen(["git", "-C", str(REPO), *args], stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL, text=True)
+        except OSError:
+            return None
+        try:
+            out, _ = hostclock.communicate(proc, timeout_s=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            return None
+        return out.strip() if proc.returncode == 0 else None
+
+    sha = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"sha": sha or "unknown", "dirty": None if status is None else bool(status)}
 
 
 def package_versions() -> dict[str, str]:

@@ -7,7 +7,10 @@
                       logs/manifest-<run_id>.json, and each point's status.json names
                       the run_id and git sha that ran it)
       summary.csv     one row per completed point (paper units), rewritten after each point
-      points/p0000/   status.json, summary.json, raw records (CSV/JSON) and logs of a point
+      points/p0000/   status.json, summary.json, raw records (CSV/JSON) and logs of a point;
+                      once complete, its traffic agent's raw records and configuration
+                      (traffic/*.jsonl, agent.json, schedule.json) are gzip-compressed
+                      in place (:func:`compact_point`; read_jsonl reads either form)
       points/.incomplete/   earlier interrupted attempts of points (kept, never reused)
       pcap/           captures requested with --pcap
       logs/           run log, archived ledger
@@ -17,6 +20,7 @@
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 import os
@@ -183,6 +187,8 @@ class RunStore:
             row = {"point": point.id, "rep": point.rep, "seed": point.seed,
                    **{k: str(v) if hasattr(v, "dim") else v for k, v in point.values.items()}, **summary}
             write_json(d / "summary.json", row)
+        if error is None:
+            compact_point(d)
         status.update(state="complete" if error is None else "failed", error=error,
                       finished=time.time(), wall_s=wall_s, emulation_s=emulation_s,
                       **({"tdf": tdf} if tdf is not None else {}))
@@ -201,6 +207,26 @@ class RunStore:
 
     def write_summary_csv(self) -> None:
         write_csv(self.root / "summary.csv", self.summaries())
+
+
+#: raw files of a complete point compressed in place (globs under the point's folder):
+#: the traffic agent's records and configuration, ~80 % of a loaded E1 point's bytes,
+#: read by nothing after the point's summary but a person (or read_jsonl)
+COMPACT_GLOBS = ("traffic/*.jsonl", "traffic/agent.json", "traffic/schedule.json")
+
+
+def compact_point(point_dir: Path) -> list[Path]:
+    """gzip every file of :data:`COMPACT_GLOBS` in ``point_dir`` to ``<name>.gz`` (the
+    original removed once the copy is complete: nothing is lost); returns the new files.
+    Raises OSError when a file cannot be written (the original is then kept)."""
+    made = []
+    for pattern in COMPACT_GLOBS:
+        for src in sorted(point_dir.glob(pattern)):
+            dst = src.with_name(src.name + ".gz")
+            atomic_write(dst, gzip.compress(src.read_bytes(), compresslevel=6, mtime=0))
+            src.unlink()
+            made.append(dst)
+    return made
 
 
 def _comparable(config: dict[str, Any]) -> dict[str, Any]:

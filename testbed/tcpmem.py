@@ -26,6 +26,7 @@ import logging
 import math
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 from testbed import nsops
 from testbed.errors import TestbedError
@@ -58,6 +59,19 @@ def read() -> tuple[int, int, int]:
         raise TcpMemError(f"{KEY} reads {text!r}, not three page counts")
     lo, pressure, hi = (int(p) for p in parts)
     return lo, pressure, hi
+
+
+def half_of_memory(meminfo: str = "/proc/meminfo") -> int:
+    """Half the machine's memory (bytes, ``MemTotal``): what a run whose many emulated
+    hosts share one kernel lets TCP use before pressure. Raises TcpMemError when
+    ``meminfo`` has no MemTotal line."""
+    try:
+        for line in Path(meminfo).read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024 // 2
+    except (OSError, ValueError, IndexError) as exc:
+        raise TcpMemError(f"{meminfo}: {exc}") from None
+    raise TcpMemError(f"{meminfo} has no MemTotal line")
 
 
 def _write(value: tuple[int, int, int]) -> None:

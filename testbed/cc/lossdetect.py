@@ -64,6 +64,15 @@ Meaning in Linux 6.1 (net/ipv4/tcp_timer.c, tcp_input.c, tcp_output.c, tcp_minis
 ``TcpExtTCPDSACKRecv`` / ``TCPDSACKOfoRecv`` / ``TCPDSACKRecvSegs``
     DSACK blocks received (below / above the cumulative ACK) and the segments they
     cover: retransmissions the receiver already had (spurious ones).
+``TcpExtTCPMemoryPressures``
+    Entries of the kernel's TCP memory accounting into pressure (``tcp_mem[1]``, one
+    limit for the whole kernel shared by every emulated host: testbed.tcpmem), counted
+    in the namespace of the socket that crossed it.
+``TcpExtTCPOFODrop`` / ``TCPRcvQDrop``
+    Segments a receiver dropped for want of socket memory (out of order / in order):
+    losses the emulation made, not the network.
+``TcpExtListenDrops``
+    Connection requests a listener dropped (accept queue full, or no memory).
 
 Classification (``LossDetection``):
 
@@ -78,6 +87,9 @@ Classification (``LossDetection``):
   ``TCPFullUndo + TCPPartialUndo + TCPDSACKUndo``;
 * ``reordering`` = ``TCPSACKReorder + TCPRenoReorder + TCPTSReorder``;
 * ``rtx_suppressed`` = ``TCPSpuriousRtxHostQueues``;
+* ``memory_pressures`` = ``TCPMemoryPressures``, ``memory_drops`` = ``TCPOFODrop +
+  TCPRcvQDrop``, ``listen_drops`` = ``ListenDrops``: artefacts of the emulating kernel
+  (:data:`MEMORY_METRICS`), expected 0;
 * ``retrans_segs`` = ``TcpRetransSegs - TCPSynRetrans`` (data segments),
   ``spurious_retrans_segs`` = ``TCPDSACKRecvSegs`` (a lower bound: a DSACK carried by a
   lost ACK is not counted).
@@ -109,7 +121,8 @@ REQUIRED = ("TcpExtTCPTimeouts", "TcpExtTCPSynRetrans", "TcpExtTCPSackRecovery",
             "TcpExtTCPLossProbes", "TcpExtTCPLossProbeRecovery", "TcpExtTCPFastRetrans",
             "TcpExtTCPSlowStartRetrans", "TcpExtTCPDSACKRecv", "TcpExtTCPDSACKRecvSegs", "TcpRetransSegs",
             "TcpExtTCPSACKReorder", "TcpExtTCPRenoReorder", "TcpExtTCPTSReorder",
-            "TcpExtTCPSpuriousRtxHostQueues")
+            "TcpExtTCPSpuriousRtxHostQueues", "TcpExtTCPMemoryPressures", "TcpExtTCPOFODrop",
+            "TcpExtTCPRcvQDrop", "TcpExtListenDrops")
 
 
 class LossDetectError(TestbedError):
@@ -202,6 +215,14 @@ class LossDetection:
     syn_timeouts: int           #: SYN / SYN-ACK retransmissions (timer expiries of handshakes)
     reordering: int = 0         #: reorderings detected (SACK, dupACKs or timestamps)
     rtx_suppressed: int = 0     #: retransmissions skipped: the original still queued below TCP
+    memory_pressures: int = 0   #: entries into the kernel's TCP memory pressure
+    memory_drops: int = 0       #: segments receivers dropped for want of socket memory
+    listen_drops: int = 0       #: connection requests listeners dropped
+
+    @classmethod
+    def zero(cls) -> LossDetection:
+        """No event of any kind (the start of a sum)."""
+        return cls(**{k: 0 for k in cls.__dataclass_fields__})
 
     def __add__(self, other: LossDetection) -> LossDetection:
         return LossDetection(**{k: v + getattr(other, k) for k, v in asdict(self).items()})
@@ -225,6 +246,25 @@ SUMMARY_METRICS = (
     Metric("retrans_segs", "count", "retransmitted segments (kernel counters)"),
     Metric("spurious_retrans_segs", "count", "retransmissions a DSACK showed spurious (lower bound)"),
 )
+
+#: The emulating kernel's artefacts in a point's summary (each expected 0; E1 lists
+#: them in its metrics; E4 counts its own two ends by nstat names): :func:`memory_columns`
+MEMORY_METRICS = (
+    Metric("memory_pressures", "count", "entries into the kernel's TCP memory pressure (tcp_mem, one limit for "
+           "every emulated host; an emulation artefact, expected 0)"),
+    Metric("memory_drops", "count", "segments receivers dropped for want of socket memory (TCPOFODrop + "
+           "TCPRcvQDrop; an emulation artefact, expected 0)"),
+    Metric("listen_drops", "count", "connection requests listeners dropped (ListenDrops; expected 0)"),
+)
+
+
+def memory_columns(tcp: LossDetection | None) -> dict[str, float]:
+    """The :data:`MEMORY_METRICS` columns of a point (None: not measured, NaN)."""
+    keys = [m.name for m in MEMORY_METRICS]
+    if tcp is None:
+        return {k: float("nan") for k in keys}
+    return {k: getattr(tcp, k) for k in keys}
+
 
 def classify(d: Mapping[str, int]) -> LossDetection:
     """Classify a counter difference (``delta()``) into loss detections.
@@ -254,6 +294,9 @@ def classify(d: Mapping[str, int]) -> LossDetection:
         syn_timeouts=syn,
         reordering=g("TCPSACKReorder", "TCPRenoReorder", "TCPTSReorder"),
         rtx_suppressed=g("TCPSpuriousRtxHostQueues"),
+        memory_pressures=g("TCPMemoryPressures"),
+        memory_drops=g("TCPOFODrop", "TCPRcvQDrop"),
+        listen_drops=g("ListenDrops"),
     )
 
 
@@ -263,7 +306,7 @@ def between(before: Mapping[str, Mapping[str, int]], after: Mapping[str, Mapping
     Raises LossDetectError when the two snapshots do not cover the same namespaces."""
     if set(before) != set(after):
         raise LossDetectError(f"snapshots of different namespaces: {sorted(set(before) ^ set(after))}")
-    total = LossDetection(**{k: 0 for k in LossDetection.__dataclass_fields__})
+    total = LossDetection.zero()
     for ns in sorted(before):
         total = total + classify(delta(before[ns], after[ns]))
     return total

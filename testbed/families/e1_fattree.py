@@ -23,6 +23,7 @@ import statistics
 from collections.abc import Hashable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from testbed.cc import lossdetect
 from testbed.dilation import TimeDilation
 from testbed.errors import DefinitionError
 from testbed.experiment import Definition, Param
@@ -110,6 +111,9 @@ class E1FatTree(FlowFamily):
         Metric("lateness_p99_s", "s", "99th percentile of the emulation's release lateness (paper time)"),
         Metric("initial_rto_effective_s", "s", "initial RTO the kernel used (paper time; below the "
                "requested one when x D exceeds TCP_RTO_MAX)"),
+        *lossdetect.MEMORY_METRICS,
+        Metric("tcp_mem_bytes", "B", "the kernel's global TCP memory pressure threshold during the point "
+               "(net.ipv4.tcp_mem[1] x page size; raised to half the machine's memory for the run)"),
     )
 
     @classmethod
@@ -189,8 +193,17 @@ class E1FatTree(FlowFamily):
 
     @classmethod
     def prepare(cls, fp: FlowPoint) -> None:
+        """The switches' port model; the kernel's global TCP memory limit raised for the
+        run (testbed.tcpmem: ``tcp_mem`` is one limit for the whole kernel, sized at
+        boot for one machine, here shared by every server; at the 3 GB guest's 183 MB
+        pressure threshold a loaded point would see the kernel shrink buffers and drop
+        segments, which the paper's servers do not)."""
+        from testbed import tcpmem
+
         arch, _ = parse_switch(fp.values["switch"], fp.values["k"])
         fp.emu.optical.reconfigure_switches(arch)
+        need = tcpmem.half_of_memory()
+        fp.measured["tcp_mem"] = fp.ctx.keep("tcp-mem", need, lambda: tcpmem.at_least(fp.ctx.ledger, need))
 
     @classmethod
     def workload(cls, fp: FlowPoint) -> "Schedule":
@@ -230,8 +243,19 @@ class E1FatTree(FlowFamily):
 
     @classmethod
     def summarise(cls, fp: FlowPoint, result: "TrafficResult") -> dict[str, Any]:
+        from testbed import tcpmem
+
         row = summarise(result, fp.ctx.optical_counters or [], fp.ctx, fp.values)
-        row.update(loss_columns(fp.measured.get("tcp")))
+        tcp = fp.measured.get("tcp")
+        row.update(loss_columns(tcp))
+        row.update(lossdetect.memory_columns(tcp))
+        mem = fp.measured.get("tcp_mem")
+        row["tcp_mem_bytes"] = mem[1] * tcpmem.page_size() if mem else math.nan
+        if tcp is not None and (tcp.memory_pressures or tcp.memory_drops or tcp.listen_drops):
+            fp.ctx.progress(f"warning: the emulating kernel ran short: {tcp.memory_pressures} TCP memory "
+                            f"pressure event(s), {tcp.memory_drops} segment(s) dropped by receivers for want of "
+                            f"memory, {tcp.listen_drops} connection request(s) dropped by listeners "
+                            "(emulation artefacts; summary.csv has them)")
         # the initial RTO the kernel used (paper time): below the requested one when x D
         # exceeds TCP_RTO_MAX (profiles.json holds the note, the log a warning)
         rtos = {h["init_rto"]["effective_paper_s"] for h in fp.cca.values() if "init_rto" in h}

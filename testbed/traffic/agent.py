@@ -45,13 +45,31 @@ agent -> controller on stdout; every message carries the point's ``seq``:
   gone; the agent then exits). Flows still open are recorded as incomplete, the
   records are written (below) and the agent answers ``{"ev": "done", "seq", "reason",
   "written", "flows", "flows_ended"}`` (reason: done | stop_after | stopped | signal |
-  eof; written: false for a point stopped before its start, which writes nothing, and
-  when writing failed: then ``error`` says why). A ``stop`` for a point that has
-  already ended is ignored.
+  eof | agent-error; written: false for a point stopped before its start, which writes
+  nothing, and when writing failed). ``error`` is there when the point cannot be
+  trusted: the agent ran out of a resource it needs to offer the schedule (descriptors
+  or memory at ``socket()`` / ``accept()``: reason ``agent-error``; the point ends at
+  once, its files are still written for the diagnosis) or writing failed. The
+  controller then fails the point (``TrafficRun`` raises). A ``stop`` for a point that
+  has already ended is ignored.
 - An ``error`` message always means that the agent holds no point of that ``seq``
   (any more).
 
 Closing stdin ends the agent (after ending a running point); so does SIGTERM.
+
+**Descriptors.** The agent holds both ends of every open transfer (two descriptors
+each, plus a listener per host): a loaded E1 point has ~1 500 transfers open at once,
+past the usual soft limit of 1 024. At start it raises ``RLIMIT_NOFILE`` to
+:data:`WANT_NOFILE` (the hard limit too where it may; environment variable
+``TESTBED_AGENT_NOFILE`` overrides the number, for tests) and records the limit in force
+and the peak of open transfer sockets (``fd_limit``, ``max_open_connections`` in the
+stats). Running out anyway is the point's error, never a "failed" transfer: a transfer
+the agent could not offer to the network says nothing about the network.
+
+**Open connections at the end of a point are aborted** (``SO_LINGER`` 0: the kernel
+sends a RST and frees the socket): a graceful close would leave an orphan sending its
+unsent data and FIN, with backoff where switches drop, into the next point on the same
+network, holding its congestion-control module.
 
 Wire protocol of one transfer (one TCP connection; handshake and teardown included):
 
@@ -120,6 +138,13 @@ MAX_CALLS_PER_EVENT = 8
 PARKED_CCA = b"reno"
 #: longest epoll wait while a point runs (s)
 MAX_WAIT_S = 0.25
+#: descriptors the agent asks for (RLIMIT_NOFILE); ``TESTBED_AGENT_NOFILE`` overrides
+WANT_NOFILE = 1 << 20
+NOFILE_ENV = "TESTBED_AGENT_NOFILE"
+#: errors of socket()/accept() that mean the agent, not the network, ran short
+RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+#: SO_LINGER on, 0 s: close() aborts the connection (RST) and frees the socket
+ABORT_LINGER = struct.pack("ii", 1, 0)
 
 CONNECTING, SENDING, CONFIRMING = 0, 1, 2
 
@@ -185,6 +210,10 @@ class Point:
         self.all_ended_sent = False
         self.ready_at = time.monotonic()
         self.ru0 = resource.getrusage(resource.RUSAGE_SELF)
+        #: why the point cannot be trusted (the agent ran short of a resource); None: fine
+        self.error: str | None = None
+        #: most transfer sockets (both ends) open at once
+        self.max_open = 0
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -259,6 +288,7 @@ class Agent:
         self.long: list[Sender] = []
         self.buf = bytearray(CHUNK)
         self.mv = memoryview(self.buf)
+        self.fd_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         os.set_blocking(ctl_in, False)
         self.ep.register(ctl_in, EPOLLIN)
         r, w = socket.socketpair()
@@ -477,7 +507,7 @@ class Agent:
                     sock, _ = lst.sock.accept()
                 except OSError:
                     break
-                sock.close()
+                _abort(sock)
 
     # -- records ------------------------------------------------------------------------
     def write_flow(self, s: Sender, status: str, reason: str = "", confirmed: int | None = None) -> None:
@@ -507,6 +537,11 @@ class Agent:
         try:
             sock = self.new_socket(h)
         except OSError as exc:
+            if exc.errno in RESOURCE_ERRNOS:
+                s.start = now
+                self.write_flow(s, "incomplete", f"not offered: the agent ran short ({exc.strerror})")
+                self.resource_error(f"socket() for flow {spec['id']} of {h.name}: {exc.strerror}")
+                return
             s.start = now
             self.write_flow(s, "failed", f"socket: {exc.strerror}")
             return
@@ -531,11 +566,33 @@ class Agent:
             self.long.append(s)
         self.senders[sock.fileno()] = s
         self.ep.register(sock.fileno(), EPOLLOUT)
+        self.count_open(self.point)
 
-    def close_sender(self, s: Sender) -> None:
+    def count_open(self, p: Point | None) -> None:
+        """Keep the point's peak of open transfer sockets."""
+        if p is not None:
+            n = len(self.senders) + len(self.conns)
+            if n > p.max_open:
+                p.max_open = n
+
+    def resource_error(self, what: str) -> None:
+        """The agent ran short of descriptors or memory: the schedule can no longer be
+        offered as specified, so the point ends now with an error (files written)."""
+        p = self.point
+        if p is None or p.error is not None:
+            return
+        p.error = (f"the traffic agent ran short at {p.now():.6g} s (emulation): {what}; descriptor limit "
+                   f"{self.fd_limit}, {len(self.senders) + len(self.conns)} transfer sockets open "
+                   f"(raise it: {NOFILE_ENV})")
+        self.end_point("agent-error")
+
+    def close_sender(self, s: Sender, *, abort: bool = False) -> None:
         if s.sock is not None:
             self.senders.pop(s.sock.fileno(), None)
-            s.sock.close()
+            if abort:
+                _abort(s.sock)
+            else:
+                s.sock.close()
             s.sock = None
         if not s.size and s in self.long:
             self.long.remove(s)
@@ -658,15 +715,20 @@ class Agent:
         for _ in range(64):
             try:
                 sock, addr = lst.sock.accept()
-            except OSError:
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                if h is not None and exc.errno in RESOURCE_ERRNOS:
+                    self.resource_error(f"accept() on {h.name}'s listener: {exc.strerror}")
                 return
             if h is None:  # a leftover of an ended point: its sender is closed
-                sock.close()
+                _abort(sock)
                 continue
             sock.setblocking(False)
             h.accepted += 1
             self.conns[sock.fileno()] = SinkConn(sock, h, addr[0], now)
             self.ep.register(sock.fileno(), EPOLLIN)
+            self.count_open(p)
 
     def on_conn(self, c: SinkConn) -> None:
         sock, buf = c.sock, self.buf
@@ -746,10 +808,13 @@ class Agent:
             return
         self.close_conn(c, "complete")
 
-    def close_conn(self, c: SinkConn, status: str, reason: str = "") -> None:
+    def close_conn(self, c: SinkConn, status: str, reason: str = "", *, abort: bool = False) -> None:
         self.conns.pop(c.sock.fileno(), None)
         info = tcpinfo.read(c.sock)  # the receiver's view (e.g. out-of-order packets) before it closes
-        c.sock.close()
+        if abort:
+            _abort(c.sock)
+        else:
+            c.sock.close()
         if status == "failed" and self.run_stopping():
             status, reason = "incomplete", f"run stopped ({reason})"
         self.write_sink(c, status, reason, info)
@@ -773,6 +838,8 @@ class Agent:
             spec, h = flows[p.next_flow]
             p.next_flow += 1
             self.start_flow(spec, h, now)
+            if self.point is not p:  # the agent ran short: the point has ended
+                return None
         next_long = self.end_long_flows(now) if self.long else None
         if not p.all_ended_sent and p.next_flow >= len(flows) and not self.senders:
             p.all_ended_sent = True
@@ -834,22 +901,23 @@ class Agent:
         p = self.point
         p.stopping = True
         written = False
-        error = None
+        errors = [p.error] if p.error else []
         if p.started:
             for s in list(self.senders.values()):
                 s.info = tcpinfo.read(s.sock)
-                self.close_sender(s)
+                self.close_sender(s, abort=True)
                 self.write_flow(s, "incomplete", "running when the run stopped")
             for spec, h in p.flows[p.next_flow:]:
                 self.write_flow(Sender(spec, h), "incomplete", "not started when the run stopped")
             p.next_flow = len(p.flows)
             for c in list(self.conns.values()):
-                self.close_conn(c, "incomplete", "open when the run stopped")
+                self.close_conn(c, "incomplete", "open when the run stopped", abort=True)
             try:
                 self.write_files(p)
                 written = True
             except OSError as exc:
-                error = f"writing the results into {p.out}: {exc}"
+                errors.append(f"writing the results into {p.out}: {exc}")
+        error = "; ".join(errors)
         self.long.clear()
         self.drain_backlogs()
         self.park_listeners()
@@ -883,9 +951,35 @@ class Agent:
                 "rx_bytes": h.rx_bytes, "accepted": h.accepted, "flows": h.flows,
                 "flows_ended": h.ended, "max_start_lag": h.max_lag,
                 "cpu_user_s": ru.ru_utime - p.ru0.ru_utime, "cpu_sys_s": ru.ru_stime - p.ru0.ru_stime,
-                "max_rss_kib": ru.ru_maxrss,
+                "max_rss_kib": ru.ru_maxrss, "fd_limit": self.fd_limit, "max_open_connections": p.max_open,
+                "error": p.error,
                 "cpu_of": f"the agent process (pid {os.getpid()}) serving all {len(p.hosts)} hosts of the point, "
                           "from its set-up to its end; the same figures in every host's stats"})
+
+
+def _abort(sock: socket.socket) -> None:
+    """Close ``sock`` with a RST: no orphan is left sending into the network."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, ABORT_LINGER)
+    except OSError:
+        pass
+    sock.close()
+
+
+def raise_fd_limit(want: int) -> int:
+    """Set the soft ``RLIMIT_NOFILE`` to ``want`` (raising the hard limit too where the
+    process may, e.g. as root up to ``fs.nr_open``; else up to the hard limit). Returns
+    the soft limit in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    inf = resource.RLIM_INFINITY
+    if hard == inf or want <= hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    else:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, want))
+        except (ValueError, OSError):  # unprivileged, or above fs.nr_open
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 def _jsonl(records: list[dict[str, Any]]) -> str:
@@ -914,6 +1008,15 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m testbed.traffic.agent  (control messages on stdin, answers on stdout; "
               "see its module docstring)", file=sys.stderr)
         return 2
+    try:
+        want = int(os.environ.get(NOFILE_ENV) or WANT_NOFILE)
+        if want < 16:
+            raise ValueError
+    except ValueError:
+        print(f"traffic agent: {NOFILE_ENV}={os.environ.get(NOFILE_ENV)!r}: an integer >= 16 expected",
+              file=sys.stderr)
+        return 2
+    raise_fd_limit(want)
     # answers go to a private copy of stdout; anything printed by mistake goes to stderr
     ctl_out = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)

@@ -11,6 +11,7 @@ and series in *paper units* with the run's time dilation D:
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 from collections.abc import Iterable
@@ -72,11 +73,18 @@ class FlowRecord:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Records of a JSON-lines file; a torn last line (a killed writer) is skipped."""
-    out = []
-    if not path.exists():
+    """Records of a JSON-lines file, or of its gzip-compressed copy ``<path>.gz`` (a
+    completed point's raw records are compressed: testbed.results.compact_point); a
+    torn last line (a killed writer) is skipped."""
+    out: list[dict[str, Any]] = []
+    gz = path.with_name(path.name + ".gz")
+    if path.exists():
+        text = path.read_text()
+    elif gz.exists():
+        text = gzip.decompress(gz.read_bytes()).decode()
+    else:
         return out
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         try:
             out.append(json.loads(line))
         except json.JSONDecodeError:

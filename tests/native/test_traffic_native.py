@@ -215,3 +215,38 @@ def test_bulk_throughput_matches_iperf3(ledger, tmp_path):
     assert 0.5 * rate < iperf_bps < 1.1 * rate  # the shaping is effective
     print(f"bulk: agent {ours / 1e6:.3f} Mbit/s, iperf3 {iperf_bps / 1e6:.3f} Mbit/s")
     assert ours == pytest.approx(iperf_bps, rel=0.05), (ours, iperf_bps)
+
+
+def tcp_sockets(node, port):
+    """Every TCP socket (any state but listening) to or from ``port`` in a host's
+    namespace, as ``ss`` lines."""
+    out = node.run(["ss", "-tanH", "state", "all", "exclude", "listening",
+                    f"( sport = :{port} or dport = :{port} )"]).stdout
+    return [line for line in out.splitlines() if line.strip()]
+
+
+def test_a_stopped_point_leaves_no_socket_even_when_the_path_is_down(ledger, tmp_path):
+    """Transfers still open when a point ends are aborted: a graceful close would leave
+    the sender's orphan (FIN-WAIT-1, unsent data) retrying into the next point."""
+    port = 5301
+    with Emulation(ThreeHosts(), ledger, token()) as emu:
+        h1, h2 = emu["h1"], emu["h2"]
+        sched = long_lived([("h1", "h2")], duration_s=30.0)
+        with TrafficRun(emu, emu.hosts(), sched, "cubic", tmp_path, port=port, duration_s=60.0) as run:
+            run.poll(0.5)
+            assert tcp_sockets(h1, port) and tcp_sockets(h2, port)
+            h2.run(["ip", "link", "set", "dev", h2.intfs[0], "down"])
+            run.poll(0.3)   # the sender's window fills; nothing is acknowledged any more
+            run.stop()
+        assert run.result.counts()["incomplete"] == 1
+        assert tcp_sockets(h1, port) == [] and tcp_sockets(h2, port) == []
+
+
+def test_every_host_gets_the_flow_families_tcp_settings(ledger):
+    from testbed.flow_family import HOST_TCP_SETTINGS, apply_host_tcp_settings
+
+    with Emulation(ThreeHosts(), ledger, token()) as emu:
+        apply_host_tcp_settings(emu.hosts())   # the kernel accepts every value
+        for h in emu.hosts():
+            assert {k: int(h.sysctl_get(k)) for k in HOST_TCP_SETTINGS} == HOST_TCP_SETTINGS
+        assert int(emu["h1"].sysctl_get("net.ipv4.tcp_syn_retries")) == 127

@@ -46,8 +46,8 @@ def test_analyse_draws_one_figure_per_link_length(tmp_path):
     figs, tables = e1.analyse(pd.concat([s, s2]), {}, tmp_path)
     assert sorted(f.name for f in figs) == ["throughput_vs_load_100m.png", "throughput_vs_load_10m.png"]
     assert all(f.stat().st_size > 10_000 for f in figs)
-    assert len(tables) == 3 and len(tables[0][1]) == 24
-    title, found = tables[2]
+    assert len(tables) == 4 and len(tables[0][1]) == 24
+    title, found = tables[3]
     assert findings.is_findings(title, found) and set(found["verdict"]) <= set(findings.VERDICTS)
     assert (tmp_path / "findings.csv").exists() and (tmp_path / "findings.md").exists()
 
@@ -197,3 +197,16 @@ def test_report_names_a_declared_metric_missing_from_the_summary(tmp_path):
     with pytest.raises(SummaryError, match=r"no column\(s\) oeo_fraction,? ") as exc:
         generate(tmp_path)
     assert str(tmp_path / "summary.csv") in str(exc.value)
+
+
+def test_artefacts_table_sums_the_failures_a_reviewer_must_see():
+    s = summary()
+    s["flows_failed"] = [0] * (len(s) - 1) + [607]
+    s["data_segments"], s["spurious_retransmits"] = 1000, 10
+    s["memory_drops"] = 0
+    art = e1.artefacts(s.drop(columns=["listen_drops"]))
+    bad = art[art["failed transfers"] > 0]
+    assert len(bad) == 1 and bad.iloc[0]["failed transfers"] == 607 and bad.iloc[0]["n"] == 2
+    assert art["spurious share"].eq(0.01).all()
+    assert art["memory drops"].eq(0).all() and art["listen drops"].isna().all()
+    assert art["failed transfers"].sum() == 607

@@ -91,9 +91,16 @@ def test_every_switch_of_the_topology_gets_the_points_architecture_spec():
 def test_prepare_gives_every_switch_the_points_architecture():
     calls = []
     optical = SimpleNamespace(reconfigure_switches=calls.append)
-    fp = SimpleNamespace(values=values(switch="electronic@1 s", k=4), emu=SimpleNamespace(optical=optical))
+    kept = []
+    ctx = SimpleNamespace(ledger=None, keep=lambda slot, key, factory: kept.append((slot, key)) or (1, 2, 3))
+    fp = SimpleNamespace(values=values(switch="electronic@1 s", k=4), emu=SimpleNamespace(optical=optical),
+                         ctx=ctx, measured={})
     E1FatTree.prepare(fp)  # type: ignore[arg-type]
     assert calls == [parse("electronic")]
+    # the kernel's global TCP memory raised to half the machine's for the run, kept across points
+    from testbed import tcpmem
+
+    assert kept == [("tcp-mem", tcpmem.half_of_memory())] and fp.measured["tcp_mem"] == (1, 2, 3)
 
 
 def test_a_switch_rto_overrides_the_initial_rto_of_the_point():

@@ -78,3 +78,23 @@ def test_a_resumed_run_keeps_every_manifest_and_each_point_names_its_commit(tmp_
     status = [json.loads((again.point_dir(p) / "status.json").read_text()) for p in pts[:2]]
     assert [(s["run_id"], s["git"][0]) for s in status] == [("first", "a"), ("second", "b")]
     assert _shas(tmp_path / "run") == "aaaaaaaaaaaa, bbbbbbbbbbbb"
+
+
+def test_a_complete_points_raw_records_are_compressed_and_still_read(tmp_path):
+    from testbed.traffic.records import read_jsonl
+
+    defn = definition.validate(DEF)
+    store = RunStore.open(tmp_path / "run", defn)
+    p, q = defn.points()[:2]
+    for point in (p, q):
+        d = store.begin(point)
+        (d / "traffic").mkdir()
+        (d / "traffic" / "flows-h1.jsonl").write_text('{"id": 1}\n{"id": 2}\n')
+        (d / "traffic" / "agent.json").write_text('{"op": "point"}')
+        (d / "traffic" / "flows.csv").write_text("id\n1\n2\n")
+    store.finish(p, {"x": 1})
+    store.finish(q, None, error="boom")
+    done, failed = store.point_dir(p) / "traffic", store.point_dir(q) / "traffic"
+    assert sorted(f.name for f in done.iterdir()) == ["agent.json.gz", "flows-h1.jsonl.gz", "flows.csv"]
+    assert read_jsonl(done / "flows-h1.jsonl") == [{"id": 1}, {"id": 2}]
+    assert sorted(f.name for f in failed.iterdir()) == ["agent.json", "flows-h1.jsonl", "flows.csv"]

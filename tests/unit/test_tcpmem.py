@@ -94,3 +94,12 @@ def test_a_refused_write_leaves_nothing_to_put_back(sysctl, monkeypatch):
         with tcpmem.at_least(led, 1000 * PAGE):
             pass
     assert led.live() == []
+
+
+def test_half_of_memory_reads_memtotal(tmp_path):
+    f = tmp_path / "meminfo"
+    f.write_text("MemFree:  100 kB\nMemTotal:        3000000 kB\n")
+    assert tcpmem.half_of_memory(str(f)) == 3000000 * 1024 // 2
+    f.write_text("MemFree:  100 kB\n")
+    with pytest.raises(tcpmem.TcpMemError, match="no MemTotal"):
+        tcpmem.half_of_memory(str(f))

@@ -2,6 +2,7 @@
 long-lived flows, measurement windows, clear start-up errors, and one agent serving
 several points (runs) one after the other."""
 
+import json
 import os
 import random
 import signal
@@ -229,3 +230,38 @@ def test_agent_protocol_errors_name_the_host_and_leave_it_serving(tmp_path):
     assert not agent.alive() and agent.proc.returncode == 0
     (rec,) = read_jsonl(tmp_path / "flows-h1.jsonl")
     assert rec["status"] == "complete" and rec["confirmed"] == 1000
+
+
+def test_agent_out_of_descriptors_fails_the_point_naming_the_limit(tmp_path, monkeypatch):
+    """20 transfers open at once need 40 descriptors (both ends in one agent): held to
+    32, the agent must fail the point, not record transfers as failed and go on."""
+    from testbed.traffic.agent import NOFILE_ENV
+
+    monkeypatch.setenv(NOFILE_ENV, "32")
+    hs = hosts(2)
+    sched = long_lived([("h1", "h2")] * 20, duration_s=3.0, stagger_s=0.01)
+    with pytest.raises(TrafficError, match=r"ran short .*descriptor limit 32"):
+        with TrafficRun(None, hs, sched, "reno", tmp_path, port=port(), duration_s=5.0) as run:
+            run.wait(timeout_s=30)
+    stats = json.loads((tmp_path / "stats-h1.json").read_text())   # written for the diagnosis
+    assert stats["fd_limit"] == 32 and "Too many open files" in stats["error"]
+    records = read_jsonl(tmp_path / "flows-h1.jsonl")
+    assert len(records) == 20 and not [r for r in records if r["status"] == "failed"]
+    assert run.finished["reason"] == "agent-error"
+
+
+def test_agent_raises_its_descriptor_limit_and_reports_its_peak(tmp_path):
+    import resource
+
+    from testbed.traffic.agent import WANT_NOFILE
+
+    hs = hosts(2)
+    sched = long_lived([("h1", "h2")] * 6, duration_s=0.5)
+    with TrafficRun(None, hs, sched, "reno", tmp_path, port=port(), duration_s=1.5) as run:
+        run.wait(timeout_s=30)
+    assert run.result.counts()["failed"] == 0
+    stats = json.loads((tmp_path / "stats-h1.json").read_text())
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]   # the agent may raise this too (CAP_SYS_RESOURCE)
+    floor = WANT_NOFILE if hard == resource.RLIM_INFINITY else min(WANT_NOFILE, hard)
+    assert stats["fd_limit"] >= floor and (stats["fd_limit"] > 1024 or hard <= 1024)
+    assert stats["max_open_connections"] == 12 and stats["error"] is None
