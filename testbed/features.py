@@ -217,7 +217,9 @@ def probe_clsact_bpf() -> Probe:
                          "obj", "probe.o", "sec", "classifier"]
                 real = ["tc", "-n", ns, "filter", "add", "dev", _VETH_A, "ingress", "bpf",
                         "da", "obj", str(obj), "sec", "classifier"]
-                res = _run(real)
+                # tc loads the object (ELF parse, verifier): 5 s was overrun in a guest
+                # beside two other guests (2026-11-28), which read as "lacks clsact-bpf"
+                res = _run(real, timeout=60)
                 if not res.ok:
                     return _fail(Feature.CLSACT_BPF, shown, res)
                 show = _run(["tc", "-n", ns, "filter", "show", "dev", _VETH_A, "ingress"])

@@ -251,10 +251,11 @@ SUMMARY_METRICS = (
 #: them in its metrics; E4 counts its own two ends by nstat names): :func:`memory_columns`
 MEMORY_METRICS = (
     Metric("memory_pressures", "count", "entries into the kernel's TCP memory pressure (tcp_mem, one limit for "
-           "every emulated host; an emulation artefact, expected 0)"),
+           "every emulated host; an emulation artefact, expected 0)", since="2026-11-28"),
     Metric("memory_drops", "count", "segments receivers dropped for want of socket memory (TCPOFODrop + "
-           "TCPRcvQDrop; an emulation artefact, expected 0)"),
-    Metric("listen_drops", "count", "connection requests listeners dropped (ListenDrops; expected 0)"),
+           "TCPRcvQDrop; an emulation artefact, expected 0)", since="2026-11-28"),
+    Metric("listen_drops", "count", "connection requests listeners dropped (ListenDrops; expected 0)",
+           since="2026-11-28"),
 )
 
 

@@ -113,7 +113,8 @@ class E1FatTree(FlowFamily):
                "requested one when x D exceeds TCP_RTO_MAX)"),
         *lossdetect.MEMORY_METRICS,
         Metric("tcp_mem_bytes", "B", "the kernel's global TCP memory pressure threshold during the point "
-               "(net.ipv4.tcp_mem[1] x page size; raised to half the machine's memory for the run)"),
+               "(net.ipv4.tcp_mem[1] x page size; raised to half the machine's memory for the run)",
+               since="2026-11-28"),
     )
 
     @classmethod

@@ -49,7 +49,7 @@ import statistics
 from collections.abc import Hashable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from testbed.cc.lossdetect import SUMMARY_METRICS
+from testbed.cc.lossdetect import MEMORY_METRICS, SUMMARY_METRICS, memory_columns
 from testbed.context import EMULATION_METRICS, emulation_columns, read_point_json
 from testbed.dilation import TimeDilation
 from testbed.errors import DefinitionError
@@ -218,6 +218,7 @@ class E5OpticalRam(FlowFamily):
         Metric("window_start_late_s", "s", "how late the counters were read at the window's start (paper s)"),
         Metric("link_rate_bps", "bit/s", "every link's rate as emulated (rate / scale), paper units"),
         *SUMMARY_METRICS,
+        *MEMORY_METRICS,
         *EMULATION_METRICS,
         Metric("lateness_p99_over_tau", "1", "lateness_p99 / duration of a 1514 B frame at the link rate "
                "(fidelity bound: 0.05)"),
@@ -478,6 +479,7 @@ def summarise(fp: FlowPoint, result: "TrafficResult") -> dict[str, Any]:
         "window_start_late_s": late,
         "link_rate_bps": scaled_rate_bps(v),
         **tcp.summary_columns(),
+        **memory_columns(tcp),
         **emulation,
         "lateness_p99_over_tau": emulation["lateness_p99_s"] / tau_s,
         "packet_hops_per_wall_s": t_end["switched"] / wall if wall else math.nan,

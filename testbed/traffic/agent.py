@@ -970,7 +970,7 @@ def raise_fd_limit(want: int) -> int:
     """Set the soft ``RLIMIT_NOFILE`` to ``want`` (raising the hard limit too where the
     process may, e.g. as root up to ``fs.nr_open``; else up to the hard limit). Returns
     the soft limit in force."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     inf = resource.RLIM_INFINITY
     if hard == inf or want <= hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))

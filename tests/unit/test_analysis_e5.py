@@ -44,7 +44,8 @@ def run_rows(arch: str, pacing: str, b: float, goodput: float, *, reps=TIGHT, dr
                     "core_drop_rate": drop * f, "core_drop_rate_run": drop, "core_buffered_fraction": 0.2,
                     "edge_drops": 3, "occ_overflow": occ, "core_late": 0, "window_start_late_s": 1e-4, "link_rate_bps": 1e7,
                     "loss_events_rto": 2 + rep, "loss_events_fast": 8, "retrans_segs": 20 + rep,
-                    "spurious_retrans_segs": rep, "lateness_p99_s": late * 1.2e-3, "lateness_p99_over_tau": late,
+                    "spurious_retrans_segs": rep, "memory_pressures": 0, "memory_drops": 0, "listen_drops": 0,
+                    "lateness_p99_s": late * 1.2e-3, "lateness_p99_over_tau": late,
                     "lateness_max_s": 1e-3, "packet_hops_per_wall_s": 2e4, "paper_s_per_wall_s": 0.05})
     return out
 
