@@ -186,10 +186,10 @@ def summarise(family: Any, fp: "FlowPoint", result: "TrafficResult") -> dict[str
     counters = {}
     for phase, (a, b) in {"before": ("start", "move"), "after": ("move", "end")}.items():
         counters[phase] = {role: lossdetect.delta(snaps[a][ns], snaps[b][ns]) for role, ns in names.items()}
-    memory_pressures = sum(counters[ph][role].get("TcpExtTCPMemoryPressures", 0)
-                           for ph in counters for role in counters[ph])
-    memory_drops = sum(counters[ph]["receiver"].get(k, 0)
-                       for ph in counters for k in ("TcpExtTCPOFODrop", "TcpExtTCPRcvQDrop"))
+    # the emulating kernel's memory artefacts (lossdetect's one definition), both ends, both phases
+    memory = sum((lossdetect.classify(counters[ph][role]) for ph in counters for role in counters[ph]),
+                 lossdetect.LossDetection.zero())
+    memory_pressures, memory_drops = memory.memory_pressures, memory.memory_drops
     if memory_pressures or memory_drops:
         text = (f"the kernel ran short of TCP memory: {memory_pressures} pressure event(s), {memory_drops} "
                 "segment(s) dropped by the receiver (an emulation artefact; testbed.tcpmem, docs/e4.md)")

@@ -192,8 +192,9 @@ class E4FlowMove(FlowFamily):
         Metric("memory_pressures", "count", "times the kernel entered TCP memory pressure during the point "
                "(TcpExtTCPMemoryPressures, sender and receiver; an emulation artefact: should be 0)",
                since="2026-11-25"),
-        Metric("memory_drops", "count", "segments the receiver dropped for want of socket memory "
-               "(TcpExtTCPOFODrop + TcpExtTCPRcvQDrop; an emulation artefact: should be 0)",
+        Metric("memory_drops", "count", "segments the endpoints dropped for want of socket memory "
+               "(TcpExtTCPOFODrop + TcpExtTCPRcvQDrop, sender and receiver: the sender receives no data; an "
+               "emulation artefact: should be 0)",
                since="2026-11-25"),
         Metric("router_drops", "count", "packets the routers' and hosts' qdiscs dropped (0: no loss at any "
                "link)"),
