@@ -38,7 +38,7 @@ _MAGIC_PCAPNG = 0x0A0D0D0A
 _LINKTYPE_ETHERNET = 1
 _ETHERTYPE_IPV4, _ETHERTYPES_VLAN = 0x0800, (0x8100, 0x88A8)
 _IPPROTO_TCP = 6
-_TCPOPT_EOL, _TCPOPT_NOP, _TCPOPT_SACK = 0, 1, 5
+_TCPOPT_EOL, _TCPOPT_NOP, _TCPOPT_SACK, _TCPOPT_TIMESTAMP = 0, 1, 5, 8
 _GLOBAL_HEADER, _RECORD_HEADER = 24, 16
 #: a record longer than this is not a record: the file is damaged (tcpdump's own limit is 256 KiB)
 _MAX_RECORD = 1 << 20
@@ -61,7 +61,8 @@ class Packets:
     packet's SACK blocks (uint32, 0 when none; "highest" in sequence-number order
     around the packet's own ack number, i.e. the furthest above it within +-2^31, so a
     D-SACK block below the ack loses to any other block); ``sack_blocks`` number of SACK
-    blocks (uint8).
+    blocks (uint8); ``tsval``/``tsecr`` the TCP timestamps option's values (RFC 7323;
+    uint32, both 0 when the packet has none).
 
     ``skipped`` counts the frames that are not such packets, by reason (``not_ipv4``,
     ``not_tcp``, ``fragment``, ``short`` = captured too little for the IP and TCP headers,
@@ -81,6 +82,8 @@ class Packets:
     payload: np.ndarray
     sack_edges: np.ndarray
     sack_blocks: np.ndarray
+    tsval: np.ndarray
+    tsecr: np.ndarray
     skipped: dict[str, int]
     truncated: bool = False
 
@@ -244,7 +247,7 @@ def _decode(b: _Bytes, offsets: np.ndarray, nanosecond: bool, truncated: bool) -
     rows = np.flatnonzero(keep)
     l3, l4, doff, end, payload = l3[rows], l4[rows], doff[rows], end[rows], payload[rows]
     ack = b.be32(l4 + 8)
-    sack_edges, sack_blocks = _sack(b, l4 + 20, np.minimum(l4 + doff, end), ack)
+    sack_edges, sack_blocks, tsval, tsecr = _options(b, l4 + 20, np.minimum(l4 + doff, end), ack)
     return Packets(
         t_s=ts_sec[rows] + ts_frac[rows] * (1e-9 if nanosecond else 1e-6),
         src=b.be32(l3 + 12),
@@ -258,13 +261,17 @@ def _decode(b: _Bytes, offsets: np.ndarray, nanosecond: bool, truncated: bool) -
         payload=payload.astype(np.int32),
         sack_edges=sack_edges,
         sack_blocks=sack_blocks,
+        tsval=tsval,
+        tsecr=tsecr,
         skipped=skipped,
         truncated=truncated,
     )
 
 
-def _sack(b: _Bytes, start: np.ndarray, stop: np.ndarray, ack: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(highest SACK right edge, number of SACK blocks) per packet whose options lie in [start, stop).
+def _options(b: _Bytes, start: np.ndarray, stop: np.ndarray,
+             ack: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(highest SACK right edge, number of SACK blocks, TSval, TSecr) per packet whose
+    options lie in [start, stop) (timestamps 0 without the option).
 
     The options of all packets are walked together, one option per step; a packet leaves
     the walk at End of Option List, at its end, or at an option that does not fit.
@@ -273,6 +280,7 @@ def _sack(b: _Bytes, start: np.ndarray, stop: np.ndarray, ack: np.ndarray) -> tu
     best = np.zeros(n, np.uint32)
     best_dist = np.full(n, -(1 << 40), np.int64)  # distance of ``best`` above the packet's ack (signed)
     blocks = np.zeros(n, np.uint8)
+    tsval, tsecr = np.zeros(n, np.uint32), np.zeros(n, np.uint32)
     live = np.flatnonzero(start < stop)
     pos = start[live]
     while len(live):
@@ -294,12 +302,15 @@ def _sack(b: _Bytes, start: np.ndarray, stop: np.ndarray, ack: np.ndarray) -> tu
                 dist = _signed32(edge.astype(np.int64) - ack[rows])
                 better = dist > best_dist[rows]
                 best[rows[better]], best_dist[rows[better]] = edge[better], dist[better]
+        ts = np.flatnonzero(fits & (kind == _TCPOPT_TIMESTAMP) & (length == 10))
+        if len(ts):
+            tsval[live[ts]], tsecr[live[ts]] = b.be32(pos[ts] + 2), b.be32(pos[ts] + 6)
         step = np.where(nop, 1, length)
         go = nop | fits
         live, pos = live[go], pos[go] + step[go]
         more = pos < stop[live]
         live, pos = live[more], pos[more]
-    return best, blocks
+    return best, blocks, tsval, tsecr
 
 
 # ---------------------------------------------------------------- one flow

@@ -11,8 +11,11 @@ SAWL arms T_i + p * tau instead of T_i (eq. 3), the average itself unchanged.
 
 Two readings the paper leaves open, fixed here and named in every result:
 
-* the RTT of a retransmitted segment is ambiguous (which copy was acknowledged?); the
-  paper does not say; by default it is not a sample (Karn's rule, ``sample_retransmitted``);
+* "the measured RTT" of a retransmitted segment: which copy was acknowledged? By
+  default (``samples="echoed"``) the copy whose TCP timestamp the acknowledgement
+  echoes (RFC 7323: the receiver echoes the copy that advanced its window), so gamma is
+  that copy's RTT, unambiguous; ``"karn"``: a segment the paper's sender retransmitted
+  gives no sample (Karn's rule); ``"first"``: gamma from the first copy's sending;
 * an acknowledgement arriving exactly at the deadline is in time.
 
 :func:`replay` walks one flow's sends and acknowledgements (times as seen at one capture
@@ -20,8 +23,8 @@ point) through those rules with the flow's own measured RTTs and says, per segme
 many times the paper's sender would have retransmitted it before its acknowledgement
 came, next to how many times the kernel did, and how far each kernel retransmission
 was from the paper's deadline. A retransmission the kernel made where the rule makes
-none (or the reverse) is a disagreement; its *margin* (the paper's deadline minus the
-acknowledgement time) says how close the call was. The capture point sees a segment when it
+none (or the reverse) is a disagreement; its *margin* (the paper's deadline nearest to
+the acknowledgement minus the acknowledgement time) says how close the call was. The capture point sees a segment when it
 leaves the host's queue and an acknowledgement when it arrives, so the RTTs it measures
 lack the time a segment waited in its host's queue: calls within that time of the
 deadline may go either way, nothing else should.
@@ -43,24 +46,29 @@ from typing import Any
 
 #: the paper's constants (section III)
 ALPHA, BETA, T_MAX_S = 1.1, 0.5, 60.0
+#: readings of "the measured RTT" of a retransmitted segment (module docstring)
+SAMPLES = ("echoed", "karn", "first")
 
 
 @dataclass(frozen=True)
 class SawRule:
     """The paper's timer, paper units (s): ``t1_s`` initial RTO, ``alpha`` (eq. 1),
     ``beta`` (eq. 2), ``t_max_s`` cap of T, ``extra_s`` SAWL's p x tau (0: SAW),
-    ``sample_retransmitted``: whether the RTT of a retransmitted segment enters eq. 2."""
+    ``samples``: which RTT of a retransmitted segment enters eq. 2 (:data:`SAMPLES`;
+    module docstring)."""
 
     t1_s: float
     alpha: float = ALPHA
     beta: float = BETA
     t_max_s: float = T_MAX_S
     extra_s: float = 0.0
-    sample_retransmitted: bool = False
+    samples: str = "echoed"
 
     def __post_init__(self) -> None:
         if not self.t1_s > 0 or not self.alpha > 1 or not 0 < self.beta < 1 or self.extra_s < 0:
             raise ValueError(f"SawRule: t1_s > 0, alpha > 1, 0 < beta < 1, extra_s >= 0 expected: {self}")
+        if self.samples not in SAMPLES:
+            raise ValueError(f"SawRule: samples {self.samples!r}: accepted {', '.join(SAMPLES)}")
 
 
 @dataclass
@@ -73,14 +81,19 @@ class Segment:
     sends_s: list[float]
     #: when an acknowledgement covering it arrived (None: none in the capture)
     ack_s: float | None
+    #: the TCP timestamp (TSval) of each sending, and the one that acknowledgement echoes
+    #: (None: no timestamps)
+    tsvals: list[int | None] = field(default_factory=list)
+    ack_tsecr: int | None = None
     #: the paper's T when it was first sent
     t_s: float = math.nan
     #: retransmissions the paper's sender makes before ack_s (None: no ACK, undecided)
     rule_retransmissions: int | None = None
     #: observed minus the paper's deadline, per kernel retransmission the rule also makes
     interval_errors_s: list[float] = field(default_factory=list)
-    #: the paper's first deadline minus the acknowledgement time (>= 0: in time, no
-    #: retransmission; < 0: the paper retransmits)
+    #: the paper's deadline nearest to the acknowledgement minus the acknowledgement time
+    #: (of the last deadline the paper's sender passed, < 0, and the first it did not,
+    #: >= 0, the closer): how close the paper's call on the count was
     margin_s: float | None = None
 
     @property
@@ -94,22 +107,23 @@ class Segment:
         return self.rule_retransmissions == self.kernel_retransmissions
 
 
-def segments_of(sends: Sequence[tuple[float, int, int]], acks: Sequence[tuple[float, int]]) -> list[Segment]:
-    """Group a flow's data packets ``(t, seq, end)`` (sequence space of the flow, in
-    capture order) by segment and attach the first acknowledgement ``(t, ack)`` with
-    ack >= end that arrived after the segment's first send. Raises ValueError when a
+def segments_of(sends: Sequence[tuple], acks: Sequence[tuple]) -> list[Segment]:
+    """Group a flow's data packets ``(t, seq, end[, tsval])`` (sequence space of the flow,
+    in capture order) by segment and attach the first acknowledgement ``(t, ack[, tsecr])``
+    with ack >= end that arrived after the segment's first send. Raises ValueError when a
     segment is sent again with another length (SAW sends whole segments)."""
     by_seq: dict[int, Segment] = {}
     ends: dict[int, int] = {}
-    for t, seq, end in sends:
+    for t, seq, end, *ts in sends:
         s = by_seq.get(seq)
         if s is None:
-            by_seq[seq] = Segment(seq, t, [t], None)
+            s = by_seq[seq] = Segment(seq, t, [t], None)
             ends[seq] = end
         else:
             if ends[seq] != end:
                 raise ValueError(f"segment {seq} sent with ends {ends[seq]} and {end}: not one segment in flight")
             s.sends_s.append(t)
+        s.tsvals.append(ts[0] if ts else None)
     order = sorted(by_seq.values(), key=lambda s: s.first_send_s)
     acks = sorted(acks)
     i = 0
@@ -118,6 +132,7 @@ def segments_of(sends: Sequence[tuple[float, int, int]], acks: Sequence[tuple[fl
             i += 1
         if i < len(acks):
             s.ack_s = acks[i][0]
+            s.ack_tsecr = acks[i][2] if len(acks[i]) > 2 else None
     return order
 
 
@@ -131,7 +146,6 @@ def replay(segments: list[Segment], rule: SawRule) -> list[Segment]:
     for s in segments:
         s.t_s = t
         tk, last = t, s.first_send_s
-        s.margin_s = None if s.ack_s is None else (last + tk + rule.extra_s) - s.ack_s
         if s.ack_s is None:  # no acknowledgement seen: only the intervals can be checked
             s.rule_retransmissions = None
             for k in range(1, len(s.sends_s)):
@@ -140,8 +154,9 @@ def replay(segments: list[Segment], rule: SawRule) -> list[Segment]:
             t = tk
             continue
         n = 0
+        passed = None
         while last + tk + rule.extra_s < s.ack_s:
-            deadline = last + tk + rule.extra_s
+            deadline = passed = last + tk + rule.extra_s
             n += 1
             if n < len(s.sends_s):
                 s.interval_errors_s.append(s.sends_s[n] - deadline)
@@ -150,11 +165,29 @@ def replay(segments: list[Segment], rule: SawRule) -> list[Segment]:
                 last = deadline
             tk = min(rule.alpha * tk, rule.t_max_s)
         s.rule_retransmissions = n
+        nxt = last + tk + rule.extra_s - s.ack_s
+        s.margin_s = nxt if passed is None or nxt <= s.ack_s - passed else passed - s.ack_s
         t = tk
-        if n == 0 or rule.sample_retransmitted:
-            gamma = s.ack_s - s.first_send_s
+        gamma = rtt_sample(s, n, rule.samples)
+        if gamma is not None:
             t = min(rule.beta * gamma + (1 - rule.beta) * t, rule.t_max_s)
     return segments
+
+
+def rtt_sample(s: Segment, rule_retransmissions: int, samples: str) -> float | None:
+    """gamma of eq. (2) for an acknowledged segment (None: no sample) under the reading
+    ``samples`` (:data:`SAMPLES`)."""
+    assert s.ack_s is not None
+    if rule_retransmissions == 0 and s.kernel_retransmissions == 0:
+        return s.ack_s - s.first_send_s
+    if samples == "first":
+        return s.ack_s - s.first_send_s
+    if samples == "echoed" and s.ack_tsecr is not None:
+        copies = [t for t, v in zip(s.sends_s, s.tsvals) if v == s.ack_tsecr and t <= s.ack_s]
+        if copies:
+            return s.ack_s - copies[-1]
+        return None
+    return s.ack_s - s.first_send_s if rule_retransmissions == 0 else None
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -183,6 +216,8 @@ def summary(flows: dict[str, list[Segment]], rule: SawRule) -> dict[str, Any]:
         "segments_kernel_more": len(kernel_only), "segments_rule_more": len(rule_only),
         "disagreement_margins_s": sorted((s.margin_s for s in kernel_only + rule_only if s.margin_s is not None),
                                          key=abs)[:20],
+        "disagreement_margin_abs_max_s": max((abs(s.margin_s) for s in kernel_only + rule_only
+                                              if s.margin_s is not None), default=math.nan),
         "interval_error_p50_s": _quantile(errors, 0.5), "interval_error_p99_s": _quantile(errors, 0.99),
         "interval_error_max_s": max(errors, default=math.nan),
     }
@@ -212,9 +247,10 @@ def flows_from_capture(path: Path, sender_ip: str, tdf: float,
             continue
         tr = pcaptcp.flow(packets, (sender_ip, port), (str(ipaddress.IPv4Address(peer_ip)), peer_port))
         data = np.flatnonzero(tr.data.payload > 0)
-        sends = [(float(tr.data.t_s[i]) / tdf, int(tr.seq[i]), int(tr.end[i])) for i in data]
+        sends = [(float(tr.data.t_s[i]) / tdf, int(tr.seq[i]), int(tr.end[i]), int(tr.data.tsval[i]) or None)
+                 for i in data]
         has_ack = np.flatnonzero(tr.acks.flags & pcaptcp.ACK)
-        acks = [(float(tr.acks.t_s[i]) / tdf, int(tr.ack[i])) for i in has_ack]
+        acks = [(float(tr.acks.t_s[i]) / tdf, int(tr.ack[i]), int(tr.acks.tsecr[i]) or None) for i in has_ack]
         out[f"{sender_ip}:{port}"] = (sends, acks)
     return out
 
@@ -239,14 +275,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tdf", type=float, default=1.0, help="time dilation D of the run (> 0; default 1)")
     p.add_argument("--listen-port", type=int, default=5300,
                    help="the traffic agent's listening port: the host's replies from it are skipped (default 5300)")
-    p.add_argument("--sample-retransmitted", action="store_true",
-                   help="let the RTT of a retransmitted segment enter eq. (2) (default: Karn's rule)")
+    p.add_argument("--samples", choices=SAMPLES, default="echoed",
+                   help="which RTT of a retransmitted segment enters eq. (2): the copy the ACK's timestamp "
+                        "echoes (default), none (karn), or from the first copy (first)")
     a = p.parse_args(argv)
     try:
         t1, extra = Quantity.parse(a.t1, Dim.TIME).si, Quantity.parse(a.extra, Dim.TIME).si
         if not a.tdf > 0:
             raise ValueError(f"--tdf {a.tdf}: accepted > 0")
-        rule = SawRule(t1, extra_s=extra, sample_retransmitted=a.sample_retransmitted)
+        rule = SawRule(t1, extra_s=extra, samples=a.samples)
     except (UnitError, ValueError) as exc:
         print(f"sawaudit: {exc}", file=sys.stderr)
         return 2

@@ -141,6 +141,7 @@ def test_read_fields_any_byte_order_and_resolution(tmp_path: Path, order: str, n
     assert list(p.flags) == [F_ACK | F_PSH, F_ACK] and list(p.win) == [501, 502]
     assert list(p.payload) == [1448, 0]  # 1448 although only 128 bytes of the frame were captured
     assert list(p.sack_blocks) == [0, 1] and list(p.sack_edges) == [0, 3000]
+    assert list(p.tsval) == [12345, 12345] and list(p.tsecr) == [678, 678]   # after the SACK walk too
 
 
 def test_nanosecond_file_keeps_sub_microsecond_order(tmp_path: Path) -> None:

@@ -37,11 +37,22 @@ def test_a_late_ack_is_a_retransmission_of_the_rule_with_backoff_by_eq1():
     s = segs[0]
     assert s.rule_retransmissions == s.kernel_retransmissions == 2 and s.agrees
     assert s.interval_errors_s == pytest.approx([0.0, 0.0], abs=1e-12)
-    # Karn: no sample from the retransmitted segment; T = 1.1^2 ms for the next one
+    # no timestamps: the echoed reading has no sample, T = 1.1^2 ms for the next segment
     assert segs[1].t_s == pytest.approx(1.21 * MS)
-    both = replay(flow([([0.0, 1.0 * MS, 2.1 * MS], 2.5 * MS), ([2.5 * MS], 2.9 * MS)]),
-                  SawRule(1 * MS, sample_retransmitted=True))
-    assert both[1].t_s == pytest.approx(0.5 * 2.5 * MS + 0.5 * 1.21 * MS)
+    karn = replay(flow([([0.0, 1.0 * MS, 2.1 * MS], 2.5 * MS), ([2.5 * MS], 2.9 * MS)]), SawRule(1 * MS, samples="karn"))
+    assert karn[1].t_s == pytest.approx(1.21 * MS)
+    first = replay(flow([([0.0, 1.0 * MS, 2.1 * MS], 2.5 * MS), ([2.5 * MS], 2.9 * MS)]),
+                   SawRule(1 * MS, samples="first"))
+    assert first[1].t_s == pytest.approx(0.5 * 2.5 * MS + 0.5 * 1.21 * MS)
+
+
+def test_the_echoed_timestamp_names_the_acknowledged_copy():
+    # three copies with TSvals 10, 20, 31; the ACK at 2.5 ms echoes 20: gamma = 2.5 - 1.0
+    sends = [(0.0, 0, 1000, 10), (1.0 * MS, 0, 1000, 20), (2.1 * MS, 0, 1000, 31), (2.5 * MS, 1000, 2000, 35)]
+    acks = [(2.5 * MS, 1000, 20), (2.9 * MS, 2000, 35)]
+    segs = replay(segments_of(sends, acks), RULE)
+    assert segs[1].t_s == pytest.approx(0.5 * 1.5 * MS + 0.5 * 1.21 * MS)
+    assert segs[1].rule_retransmissions == 0 and segs[1].margin_s == pytest.approx(segs[1].t_s - 0.4 * MS)
 
 
 def test_disagreements_each_way_with_their_margins():
@@ -72,6 +83,15 @@ def test_a_segment_sent_again_with_another_length_is_refused():
 
 
 def test_bad_rules_are_refused():
-    for kw in ({"t1_s": 0}, {"t1_s": 1, "alpha": 1.0}, {"t1_s": 1, "beta": 1.0}, {"t1_s": 1, "extra_s": -1}):
+    for kw in ({"t1_s": 0}, {"t1_s": 1, "alpha": 1.0}, {"t1_s": 1, "beta": 1.0}, {"t1_s": 1, "extra_s": -1},
+               {"t1_s": 1, "samples": "last"}):
         with pytest.raises(ValueError):
             SawRule(**kw)
+
+
+def test_the_margin_is_the_deadline_nearest_to_the_ack():
+    # deadlines at 1 ms and 1 + 1.1 = 2.1 ms, ACK at 2.15 ms: the paper retransmits twice,
+    # the kernel once; the call was decided by the second deadline, 0.05 ms before the ACK
+    (s,) = replay(flow([([0.0, 1.0 * MS], 2.15 * MS)]), RULE)
+    assert (s.rule_retransmissions, s.kernel_retransmissions) == (2, 1)
+    assert s.margin_s == pytest.approx(-0.05 * MS)
