@@ -287,7 +287,14 @@ def main(argv: list[str] | None = None) -> int:
     except (UnitError, ValueError) as exc:
         print(f"sawaudit: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(audit_capture(a.capture, a.sender, rule, a.tdf, a.listen_port), indent=1))
+    from testbed.pcaptcp import PcapError
+
+    try:
+        out = audit_capture(a.capture, a.sender, rule, a.tdf, a.listen_port)
+    except (PcapError, ValueError) as exc:  # no such file or flow, not a pcap, a bad address
+        print(f"sawaudit: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(out, indent=1))
     return 0
 
 

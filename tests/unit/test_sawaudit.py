@@ -95,3 +95,12 @@ def test_the_margin_is_the_deadline_nearest_to_the_ack():
     (s,) = replay(flow([([0.0, 1.0 * MS], 2.15 * MS)]), RULE)
     assert (s.rule_retransmissions, s.kernel_retransmissions) == (2, 1)
     assert s.margin_s == pytest.approx(-0.05 * MS)
+
+
+def test_command_line_refuses_bad_input_with_exit_2(tmp_path, capsys):
+    from testbed.cc.sawaudit import main
+
+    assert main([str(tmp_path / "none.pcap"), "--sender", "10.0.0.1"]) == 2
+    assert "none.pcap" in capsys.readouterr().err
+    assert main([str(tmp_path / "none.pcap"), "--sender", "10.0.0.1", "--t1", "1 parsec"]) == 2
+    assert main([str(tmp_path / "none.pcap"), "--sender", "10.0.0.1", "--tdf", "0"]) == 2
