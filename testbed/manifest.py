@@ -31,17 +31,10 @@ def git_info(timeout_s: float = 60.0) -> dict[str, Any]:
 
     def git(*args: str) -> str | None:
         try:
-            proc = subprocess.Popen(["git", "-C", str(REPO), *args], stdout=subprocess.PIPE,
-                                    stderr=subprocess.DEVNULL, text=True)
-        except OSError:
+            cp = hostclock.run(["git", "-C", str(REPO), *args], timeout=timeout_s)
+        except (OSError, subprocess.TimeoutExpired):
             return None
-        try:
-            out, _ = hostclock.communicate(proc, timeout_s=timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            return None
-        return out.strip() if proc.returncode == 0 else None
+        return cp.stdout.strip() if cp.returncode == 0 else None
 
     sha = git("rev-parse", "HEAD")
     status = git("status", "--porcelain", "--untracked-files=no")

@@ -247,8 +247,8 @@ SUMMARY_METRICS = (
     Metric("spurious_retrans_segs", "count", "retransmissions a DSACK showed spurious (lower bound)"),
 )
 
-#: The emulating kernel's artefacts in a point's summary (each expected 0; E1 lists
-#: them in its metrics; E4 counts its own two ends by nstat names): :func:`memory_columns`
+#: The emulating kernel's artefacts in a point's summary (each expected 0; E1 and E5
+#: list them in their metrics, E4 declares its own with an earlier date): :func:`memory_columns`
 MEMORY_METRICS = (
     Metric("memory_pressures", "count", "entries into the kernel's TCP memory pressure (tcp_mem, one limit for "
            "every emulated host; an emulation artefact, expected 0)", since="2026-11-28"),

@@ -58,8 +58,8 @@ agent -> controller on stdout; every message carries the point's ``seq``:
 Closing stdin ends the agent (after ending a running point); so does SIGTERM.
 
 **Descriptors.** The agent holds both ends of every open transfer (two descriptors
-each, plus a listener per host): a loaded E1 point has ~1 500 transfers open at once,
-past the usual soft limit of 1 024. At start it raises ``RLIMIT_NOFILE`` to
+each, plus a listener per host): loaded E1 points held up to 1 244 transfer sockets at
+once (measured), past the usual soft limit of 1 024. At start it raises ``RLIMIT_NOFILE`` to
 :data:`WANT_NOFILE` (the hard limit too where it may; environment variable
 ``TESTBED_AGENT_NOFILE`` overrides the number, for tests) and records the limit in force
 and the peak of open transfer sockets (``fd_limit``, ``max_open_connections`` in the

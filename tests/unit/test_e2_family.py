@@ -192,7 +192,7 @@ def test_broken_burst_accounting_is_warned_about(tmp_path, caplog):
     ctx = SimpleNamespace(dir=tmp_path, tdf=TimeDilation(1000), progress=said.append,
                           write_csv=lambda n, rows: write_csv(tmp_path / n, rows),
                           write_json=lambda n, d: write_json(tmp_path / n, d))
-    zero = LossDetection(**{k: 0 for k in LossDetection.__dataclass_fields__})
+    zero = LossDetection.zero()
     fp = SimpleNamespace(ctx=ctx, values=values(scale=40), run=None, measured={
         "edge": {"bursts": 2, "closed_time": 2, "closed_volume": 0, "packets": 4, "bytes": 2264,
                  "ctrl_packets": 1, "ctrl_failed": 1, "drops": 0},

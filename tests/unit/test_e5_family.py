@@ -154,7 +154,7 @@ def test_summarise_measures_the_window_over_flows_started_before_it(tmp_path):
              "occ_overflow": 0}
     end = {"core_cut": 1000, "core_buffered": 150, "core_dropped": 50, "edge_dropped": 2, "switched": 4000,
            "occ_overflow": 3, "core_late": 4}
-    zero = LossDetection(**{k: 0 for k in LossDetection.__dataclass_fields__})
+    zero = LossDetection.zero()
     timeline = SimpleNamespace(done=[{"label": "core counters at the window's start", "planned_s": 8.0,
                                       "ran_s": 8.01}])
     fp = SimpleNamespace(ctx=ctx, values=v, schedule=sched, timeline=timeline, run=SimpleNamespace(t0=5.0),
