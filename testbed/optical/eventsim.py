@@ -149,6 +149,10 @@ class Stats:
     plr = dropped / packets; oeo_fraction = buffered / (cut + buffered);
     mean_sojourn_tau / p99_sojourn_tau: (departure - arrival) / tau(length) over the
     forwarded packets (p99 by nearest rank). Ratios are NaN when their denominator is 0.
+    max_waiting / max_waiting_bytes: the most buffered packets (and their bytes) waiting
+    at one instant, a buffered packet waiting from its arrival until its departure
+    (the head leaves), as the port model's occupancy counts them (E1's
+    ``max_buffer_bytes``); a departure at an instant comes before an arrival at it.
     """
 
     packets: int
@@ -159,6 +163,8 @@ class Stats:
     oeo_fraction: float
     mean_sojourn_tau: float
     p99_sojourn_tau: float
+    max_waiting: int = 0
+    max_waiting_bytes: int = 0
 
 
 def _as_int(name: str, value: object) -> int:
@@ -356,6 +362,7 @@ def stats(packets: Sequence[Packet], outcomes: Sequence[Outcome], ps_per_byte: i
             sojourn.append((o.departure_ns - p.arrival_ns) / tau_ns(p.length, ps_per_byte))
     n = len(packets)
     fwd = counts["cut"] + counts["buffered"]
+    most, most_bytes = _max_waiting(packets, outcomes)
     return Stats(
         packets=n,
         dropped=counts["dropped"],
@@ -365,4 +372,23 @@ def stats(packets: Sequence[Packet], outcomes: Sequence[Outcome], ps_per_byte: i
         oeo_fraction=counts["buffered"] / fwd if fwd else math.nan,
         mean_sojourn_tau=sum(sojourn) / len(sojourn) if sojourn else math.nan,
         p99_sojourn_tau=_percentile_nearest_rank(sojourn, 0.99),
+        max_waiting=most,
+        max_waiting_bytes=most_bytes,
     )
+
+
+def _max_waiting(packets: Sequence[Packet], outcomes: Sequence[Outcome]) -> tuple[int, int]:
+    """The most buffered packets waiting at one instant, and the most bytes (each maximum
+    on its own): a buffered packet waits on [arrival, departure)."""
+    events: list[tuple[int, int, int]] = []  # (instant, +1 arrival / -1 departure, bytes)
+    for p, o in zip(packets, outcomes):
+        if o.kind == "buffered" and o.departure_ns is not None and o.departure_ns > p.arrival_ns:
+            events.append((p.arrival_ns, 1, p.length))
+            events.append((o.departure_ns, -1, p.length))
+    events.sort()  # at one instant departures (-1) before arrivals (+1)
+    n = b = most = most_bytes = 0
+    for _t, d, length in events:
+        n += d
+        b += d * length
+        most, most_bytes = max(most, n), max(most_bytes, b)
+    return most, most_bytes

@@ -7,8 +7,9 @@ reference ``testbed/optical/model.py``, equal to it packet for packet in the BPF
 must commit every departure when the packet arrives. This module runs both on the same
 E1-like random traces (one switch, every input a link carrying one packet at a time,
 Poisson starts, uniform outputs other than the input; ``testbed/optical/traces.py``) and
-reports, per configuration, packet loss ratio, OEO fraction and the mean and p99 sojourn
-(departure of the head - arrival, in tau) side by side.
+reports, per configuration, packet loss ratio, OEO fraction, the mean and p99 sojourn
+(departure of the head - arrival, in tau) and the most packets waiting in the buffer at
+one instant (E1's buffer occupancy) side by side.
 
 Bounds (issue "E1 fidelity"): PLR within ``PLR_BOUND`` absolute and mean sojourn within
 ``SOJOURN_BOUND`` relative. Below a mean sojourn of ``SOJOURN_FLOOR_TAU`` the relative
@@ -112,6 +113,12 @@ class Row:
         return (self.model.mean_sojourn_tau - self.sim.mean_sojourn_tau) / ref
 
     @property
+    def waiting_shortfall(self) -> int:
+        """How many packets fewer the model's fullest buffer held than the simulator's
+        (negative: more)."""
+        return self.sim.max_waiting - self.model.max_waiting
+
+    @property
     def within_bounds(self) -> bool:
         """Within the issue's bounds of the paper's switch (PLR_BOUND, SOJOURN_BOUND)."""
         return abs(self.plr_diff) <= PLR_BOUND and abs(self.sojourn_rel_diff) <= SOJOURN_BOUND
@@ -139,13 +146,15 @@ def compare(cfg: Config, n_packets: int, seed: int, runner: Runner = model_outco
 
 
 def table(rows: Sequence[Row]) -> str:
-    """A Markdown table: PLR / OEO fraction / mean / p99 sojourn (tau), simulator vs model."""
+    """A Markdown table: PLR / OEO fraction / mean / p99 sojourn (tau) / most packets
+    waiting, simulator vs model."""
     def cell(s: eventsim.Stats) -> str:
-        return f"{s.plr:.3f} / {s.oeo_fraction:.3f} / {s.mean_sojourn_tau:.2f} / {s.p99_sojourn_tau:.2f}"
+        return (f"{s.plr:.3f} / {s.oeo_fraction:.3f} / {s.mean_sojourn_tau:.2f} / {s.p99_sojourn_tau:.2f}"
+                f" / {s.max_waiting}")
 
-    lines = ["| configuration | offered | paper's switch (simulator) PLR / OEO / mean / p99 "
-             "| port model PLR / OEO / mean / p99 | dPLR | d mean | within | simulator, outputs claimed at "
-             "buffering: PLR / OEO / mean / p99 |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| configuration | offered | paper's switch (simulator) PLR / OEO / mean / p99 / max "
+             "| port model PLR / OEO / mean / p99 / max | dPLR | d mean | within | simulator, outputs claimed at "
+             "buffering: PLR / OEO / mean / p99 / max |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r.config.label} | {r.offered_load:.2f} | {cell(r.sim)} | {cell(r.model)} "
                      f"| {r.plr_diff:+.3f} | {r.sojourn_rel_diff:+.0%} | {'yes' if r.within_bounds else 'NO'} "

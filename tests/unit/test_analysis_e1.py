@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from analysis import e1, findings
-from analysis.e1_findings import evaluate
+from analysis.e1_findings import GAP_AGAINST, GAP_UNKNOWN, evaluate
 from testbed.families.e1_fattree import E1FatTree
 
 #: every metric E1 declares, not measured (summary.csv always has them all)
@@ -159,11 +159,45 @@ def test_buffer_findings_use_the_worst_hybrid_configuration():
 
 
 def test_spurious_retransmissions_are_a_side_column_when_present():
-    base = rows("saw", "all-optical", {300000: 10}) + rows("saw", "hybrid:2", {300000: 21})
+    base = rows("saw", "all-optical", {300000: 10}) + rows("saw", "hybrid:4", {300000: 21})
     assert by_id(base)["F1a-saw"].side == ""
     spur = (rows("saw", "all-optical", {300000: 10}, spurious_fraction=0.0)
-            + rows("saw", "hybrid:2", {300000: 21}, spurious_fraction=0.25))
+            + rows("saw", "hybrid:4", {300000: 21}, spurious_fraction=0.25))
     assert by_id(spur)["F1a-saw"].side == "spurious retransmissions / data segments: a 0.25, b 0"
+
+
+def test_the_port_models_gap_is_written_beside_hybrid_findings_never_in_the_verdict():
+    """At hybrid n_e < k the port model drops more than the paper's switch (departures
+    committed at arrival): against F1a/F1c, of unknown direction for comparisons over the
+    same hybrid; at n_e = k (within the bounds) no note."""
+    data = (rows("saw", "all-optical", {10000: 5, 300000: 10}, offered_load=2.0)
+            + rows("saw", "hybrid:2", {10000: 5, 300000: 21}, offered_load=2.0)
+            + rows("sawl", "hybrid:2", {300000: 30}, offered_load=2.0))
+    f = by_id(data)
+    assert f["F1a-saw"].side == GAP_AGAINST and f["F1a-saw"].verdict == findings.HOLDS
+    assert f["F1c-saw"].side == GAP_AGAINST
+    assert f["F2"].side == GAP_UNKNOWN and f["F2"].verdict == findings.HOLDS
+    assert f["F1b-saw"].side == ""                      # all-optical only
+    full = by_id([dict(r, k=2) for r in data])          # hybrid:2 in a k = 2 fabric is fully buffered
+    assert full["F1a-saw"].side == full["F2"].side == ""
+    assert full["F1a-saw"].verdict == f["F1a-saw"].verdict and full["F2"].estimate == f["F2"].estimate
+
+
+def test_buffer_finding_says_whether_it_survives_the_occupancy_the_model_may_miss():
+    """F5 at SAW (paper 0.14 MB, bound 0.154 MB): 0.10 MB (upper end ~0.105) holds with
+    two 9064 B packets more; 0.14 MB holds too (upper end ~0.147) but not with them; at
+    n_e = k the shortfall is relative."""
+    def f5(switch, mb, k=4):
+        return by_id(rows("saw", switch, {300000: 10}, buffer_mb=mb, k=k))["F5-saw"]
+
+    low, near = f5("hybrid:2", 0.10), f5("hybrid:2", 0.14)
+    assert low.verdict == near.verdict == findings.HOLDS
+    assert "2 x 9064 B (n_e < k)" in low.side and low.side.endswith("verdict unchanged")
+    assert near.side.endswith("would be inconclusive")
+    full = f5("hybrid:4", 0.10)
+    assert "20% (n_e = k)" in full.side and full.side.endswith("verdict unchanged")
+    over = f5("hybrid:2", 0.5)
+    assert over.verdict == findings.FAILS and over.side.endswith("verdict unchanged")
 
 
 def test_report_shows_the_findings_first(tmp_path):

@@ -412,3 +412,23 @@ def test_stats_and_traces_reject_bad_values():
         e1_like_trace(random.Random(1), 10, 4, 0.5, PS, lengths=(1,))
     with pytest.raises(ValueError, match=r"rows\[0\]"):
         crafted_trace([(0, 1)])
+
+
+def test_max_waiting_counts_buffered_packets_from_arrival_to_departure():
+    """Occupancy as E1's max_buffer_bytes counts it: a buffered packet waits from its
+    arrival until its head leaves; cut-through and dropped packets never wait; a
+    departure at an instant frees its place before an arrival at that instant."""
+    pk = [Packet(0, L, 0, 1), Packet(10, 1000, 1, 1), Packet(20, L, 2, 1), Packet(30, L, 3, 1),
+          Packet(100, 500, 0, 2)]
+    out = [Outcome("cut", 0), Outcome("buffered", 100), Outcome("buffered", 200), Outcome("dropped", None),
+           Outcome("buffered", 300)]
+    s = stats(pk, out, PS)
+    # [10, 100) and [20, 200) overlap: 2 packets, 1000 + L bytes; the third arrives at 100,
+    # when the first leaves: still 2 packets, but L + 500 bytes
+    assert (s.max_waiting, s.max_waiting_bytes) == (2, 1000 + L)
+    assert stats(pk[:1], out[:1], PS).max_waiting == 0
+    # every packet of the electronic switch is stored first (the head leaves tau after
+    # arrival): four equal packets arriving at once for one output all wait together
+    same = crafted_trace([(0, i, 0) for i in range(4)])
+    s = stats(same, simulate(same, "electronic", 0, 4, PS), PS)
+    assert s.max_waiting == 4 and s.max_waiting_bytes == 4 * L

@@ -15,10 +15,14 @@ Two comparisons per configuration (testbed/optical/oracle.py):
 from __future__ import annotations
 
 import functools
+import random
 
 import pytest
 
-from testbed.optical import oracle
+from analysis import e1_findings
+from testbed.optical import eventsim, oracle, traces
+from testbed.optical.architectures import from_model
+from testbed.optical.layout import PortConfig
 
 N_PACKETS, SEED = 15000, 1
 
@@ -71,3 +75,31 @@ def test_saturated_fully_buffered_switch_keeps_a_bounded_queue_and_residual_loss
     r = oracle.compare(oracle.Config(4, "hybrid", 4, 1.2), N_PACKETS, SEED)
     assert r.model.mean_sojourn_tau < 5 and r.model.p99_sojourn_tau < 20
     assert r.model.plr > 0.02 and r.sim.plr > 0.02
+
+
+@pytest.mark.parametrize("n_e", [1, 2, 4])
+def test_occupancy_of_the_comparison_is_the_port_models_own(n_e):
+    """The comparison's "most packets waiting" counts what the port model (and so the
+    BPF program and E1's max_buffer_bytes) counts as its buffer occupancy."""
+    cfg = oracle.Config(4, "hybrid", n_e, 0.9)
+    packets = traces.e1_like_trace(random.Random(7), 4000, 4, cfg.load, oracle.PS_PER_BYTE)
+    sw = from_model("hybrid", n_e).reference([PortConfig(oracle.PS_PER_BYTE) for _ in range(4)])
+    for p in sorted(packets, key=lambda p: p.arrival_ns):
+        sw.offer(p.arrival_ns, p.length, p.out_port)
+    s = eventsim.stats(packets, oracle.model_outcomes(packets, cfg), oracle.PS_PER_BYTE)
+    assert sw.occ_overflow == 0
+    assert s.max_waiting_bytes == sw.max_occ_bytes > 0
+
+
+@pytest.mark.parametrize("cfg", [pytest.param(c, id=c.label.replace(" ", "-"))
+                                 for c in oracle.configs(4) + oracle.configs(8) if c.model == "hybrid"])
+def test_the_model_gap_the_e1_findings_state_bounds_the_comparison(cfg):
+    """analysis/e1_findings.py writes the model's known gap beside every hybrid finding
+    (more loss, a fuller buffer missed); its numbers must bound what the comparison shows."""
+    ef = e1_findings
+    r = _row(cfg)
+    if cfg.n_e < cfg.n_a:
+        assert r.plr_diff <= ef.MODEL_PLR_EXCESS, oracle.table([r])
+        assert r.waiting_shortfall <= ef.MODEL_WAITING_SHORTFALL, oracle.table([r])
+    else:
+        assert r.waiting_shortfall <= ef.MODEL_WAITING_SHORTFALL_FULL * r.model.max_waiting, oracle.table([r])
