@@ -28,6 +28,13 @@ BOOT_MARKER = "OT-GUEST-UP"
 
 
 CLOCKS = ("realtime", "icount")
+#: QEMU options for every guest. virtme-ng gives each of its six script streams (stdin,
+#: stdout, ...) a virtio-serial device of its own with one port; QEMU's default of 31
+#: ports per device made 384 virtqueues whose ~390 eventfds QEMU's main loop polled on
+#: every iteration: a third of each guest's host CPU under instruction counting, where
+#: every guest timer passes through the main loop (docs/guest-clock.md, "Host cost").
+#: Two ports per device (port 0 stays reserved for a console) are enough.
+QEMU_OPTS = ("-global", "virtio-serial-pci.max_ports=2")
 
 
 @dataclass(frozen=True)
@@ -117,10 +124,12 @@ def vng_command(argv: list[str], cfg: GuestConfig, rw_dirs: list[Path], use_kvm:
                             f"TESTBED_GUEST_CLOCK={clock_label(cfg, use_kvm)}", str(INIT), *argv])
     vng = [str(Path(sys.executable).parent / "vng"), "--run", str(kernel), "--cpus", str(vcpus(cfg, use_kvm)),
            "--memory", cfg.memory, *[f"--rwdir={d}" for d in dirs], "--exec", guest_cmd]
+    qemu = list(QEMU_OPTS)
     if not use_kvm:
         vng.insert(1, "--disable-kvm")
         if cfg.clock == "icount":
-            vng[1:1] = ["--qemu-opts", f"-icount {cfg.icount.qemu()}"]
+            qemu += ["-icount", cfg.icount.qemu()]
+    vng.insert(1, f"--qemu-opts={shlex.join(qemu)}")  # "=": vng would read "-global ..." as its -g
     return vng
 
 

@@ -1,12 +1,14 @@
 """The guest clock option (testbed.vm) and timeouts that hold on both clocks
 (testbed.hostclock), without booting anything."""
 
+import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from virtme_ng import run as vng_run
 
 from testbed import hostclock, vm
 from testbed.errors import UsageError
@@ -55,15 +57,33 @@ def test_icount_by_default_with_one_vcpu_unless_told(monkeypatch):
     assert vm.vcpus(vm.GuestConfig.from_env(), use_kvm=False) == 2
 
 
+def _qemu_opts(command: list[str]) -> list[str]:
+    """QEMU's extra arguments in a vng command (one --qemu-opts=... element)."""
+    opts = [a for a in command if a.startswith("--qemu-opts")]
+    assert len(opts) == 1 and opts[0].startswith("--qemu-opts="), command
+    return shlex.split(opts[0].split("=", 1)[1])
+
+
 def test_qemu_gets_icount_only_under_software_emulation():
     cfg = vm.GuestConfig(cpus=1, kernel=KERNEL, clock="icount", icount=vm.IcountOptions(0, False))
     tcg = vm.vng_command(["true"], cfg, [], use_kvm=False)
-    assert tcg[tcg.index("--qemu-opts") + 1] == "-icount shift=0,sleep=off"
+    assert _qemu_opts(tcg) == [*vm.QEMU_OPTS, "-icount", "shift=0,sleep=off"]
     assert "TESTBED_GUEST_CLOCK=icount:shift=0,sleep=off" in tcg[-1]
     kvm = vm.vng_command(["true"], cfg, [], use_kvm=True)
-    assert "--qemu-opts" not in kvm and "TESTBED_GUEST_CLOCK=realtime" in kvm[-1]
+    assert _qemu_opts(kvm) == list(vm.QEMU_OPTS) and "TESTBED_GUEST_CLOCK=realtime" in kvm[-1]
     rt = vm.vng_command(["true"], vm.GuestConfig(kernel=KERNEL, clock="realtime"), [], use_kvm=False)
-    assert "--qemu-opts" not in rt and "TESTBED_GUEST_CLOCK=realtime" in rt[-1]
+    assert _qemu_opts(rt) == list(vm.QEMU_OPTS) and "TESTBED_GUEST_CLOCK=realtime" in rt[-1]
+
+
+def test_virtio_serial_devices_get_two_ports_not_qemus_31():
+    """Each of virtme-ng's six script streams has a virtio-serial device with one port;
+    QEMU's default of 31 ports each gave its main loop ~390 eventfds to poll on every
+    iteration. vng must take the option as QEMU's (with "=", not as its own -g...)."""
+    assert vm.QEMU_OPTS == ("-global", "virtio-serial-pci.max_ports=2")
+    cfg = vm.GuestConfig(cpus=1, kernel=KERNEL, clock="icount", icount=vm.IcountOptions(0, False))
+    parser = vng_run.make_parser()
+    args = parser.parse_args(vm.vng_command(["true"], cfg, [], use_kvm=True)[1:])
+    assert shlex.split(" ".join(args.qemu_opts)) == list(vm.QEMU_OPTS)
 
 
 def test_clock_choice_says_why():
