@@ -96,10 +96,10 @@ def test_occupancy_of_the_comparison_is_the_port_models_own(n_e):
 def test_the_model_gap_the_e1_findings_state_bounds_the_comparison(cfg):
     """analysis/e1_findings.py writes the model's known gap beside every hybrid finding
     (more loss, a fuller buffer missed); its numbers must bound what the comparison shows."""
-    ef = e1_findings
     r = _row(cfg)
     if cfg.n_e < cfg.n_a:
-        assert r.plr_diff <= ef.MODEL_PLR_EXCESS, oracle.table([r])
-        assert r.waiting_shortfall <= ef.MODEL_WAITING_SHORTFALL, oracle.table([r])
+        assert r.plr_diff <= e1_findings.MODEL_PLR_EXCESS, oracle.table([r])
+        assert r.waiting_shortfall <= e1_findings.MODEL_WAITING_SHORTFALL, oracle.table([r])
     else:
-        assert r.waiting_shortfall <= ef.MODEL_WAITING_SHORTFALL_FULL * r.model.max_waiting, oracle.table([r])
+        assert r.waiting_shortfall <= e1_findings.MODEL_WAITING_SHORTFALL_FULL * r.model.max_waiting, \
+            oracle.table([r])
