@@ -69,6 +69,7 @@ struct voq_skb_cb {
 	u32 seq;	/* enqueue order in the node (ties on one input) */
 	u16 in_port;
 	u16 out_port;
+	u32 order;	/* hybrid: arrival rank while converting, then join order in its FIFO */
 };
 
 static struct voq_skb_cb *voq_cb(struct sk_buff *skb)
@@ -140,6 +141,19 @@ static struct sk_buff *voq_pop(struct voq_fifo *f)
 	return skb;
 }
 
+/* Unlink cur (whose predecessor is prev, NULL for the head) from f. */
+static void voq_unlink(struct voq_fifo *f, struct sk_buff *prev, struct sk_buff *cur)
+{
+	if (prev)
+		prev->next = cur->next;
+	else
+		f->head = cur->next;
+	if (f->tail == cur)
+		f->tail = prev;
+	cur->next = NULL;
+	f->qlen--;
+}
+
 /* Insert into an input's pending list, sorted by intended arrival, ties in enqueue
  * order. Packets of one input normally come in order: appended. */
 static void voq_pend_insert(struct voq_fifo *f, struct sk_buff *skb)
@@ -174,7 +188,7 @@ struct voq_node {
 	struct hrtimer timer;		/* decisions: at the next event instant + M */
 	u64 timer_at;			/* its expiry if armed by us (0: not armed) */
 	/* node-wide options (every member gives the same) */
-	u32 n_ports, scheduler, voq_split;
+	u32 n_ports, scheduler, voq_split, n_e;
 	u64 buffer_bytes, lookahead_ns;
 	struct voq_sched *member[VOQ_MAX_PORTS];	/* by output port */
 	/* the fabric, on the intended timeline */
@@ -193,6 +207,13 @@ struct voq_node {
 	struct voq_fifo *voq;		/* [n_ports * n_ports]: VOQ(i, o) at i * n_ports + o */
 	u64 in_dropped[VOQ_MAX_PORTS];
 	u64 in_max_bytes[VOQ_MAX_PORTS];
+	/* hybrid (VOQ_SCHED_HYBRID): the output FIFOs are VOQ(0, o) (voq_hq), `waiting`
+	 * counts their packets, in_bytes / node_bytes are frame bytes */
+	u64 bin_free[VOQ_MAX_PORTS];	/* instant each buffer input's bufferisation ends */
+	u64 bout_free[VOQ_MAX_PORTS];	/* instant each buffer output's emission ends */
+	struct voq_fifo conv;		/* converting (OE), at most n_e; skb->tstamp = join instant */
+	u32 rank;			/* arrivals decided (the reference's arrival rank) */
+	u32 joins;			/* packets that joined a FIFO (their order in it) */
 	struct tc_voq_node_stats st;	/* (live fields filled at dump) */
 };
 
@@ -222,6 +243,29 @@ static struct voq_fifo *voq_q(struct voq_node *n, u32 i, u32 o)
 	return &n->voq[i * n->n_ports + o];
 }
 
+/* hybrid: output o's FIFO */
+static struct voq_fifo *voq_hq(struct voq_node *n, u32 o)
+{
+	return &n->voq[o];
+}
+
+static bool voq_hybrid(const struct voq_node *n)
+{
+	return n->scheduler == VOQ_SCHED_HYBRID;
+}
+
+/* The bytes a waiting packet counts: IP bytes (rr, islip), frame bytes (hybrid). */
+static u64 voq_wait_bytes(const struct voq_node *n, const struct sk_buff *skb)
+{
+	return voq_hybrid(n) ? qdisc_pkt_len(skb) : voq_ip_bytes(skb);
+}
+
+/* a before b in an order counter that may wrap (the packets compared are far fewer than 2^31 apart) */
+static bool voq_before(u32 a, u32 b)
+{
+	return (s32)(a - b) < 0;
+}
+
 static u64 voq_next_arrival(const struct voq_node *n)
 {
 	u64 best = U64_MAX;
@@ -247,7 +291,27 @@ static u64 voq_next_release(const struct voq_node *n)
 		if (n->out_free[k] > n->last && n->out_free[k] < best)
 			best = n->out_free[k];
 	}
+	for (k = 0; k < n->n_e; k++)
+		if (n->bout_free[k] > n->last && n->bout_free[k] < best)
+			best = n->bout_free[k];
 	return best;
+}
+
+/* hybrid: the next instant a converting packet joins its FIFO. */
+static u64 voq_next_join(const struct voq_node *n)
+{
+	const struct sk_buff *skb;
+	u64 best = U64_MAX;
+
+	for (skb = n->conv.head; skb; skb = skb->next)
+		if (voq_time(skb) < best)
+			best = voq_time(skb);
+	return best;
+}
+
+static u64 voq_next_event(const struct voq_node *n)
+{
+	return min3(voq_next_arrival(n), voq_next_release(n), voq_next_join(n));
 }
 
 /* skb's head leaves output o at t: ports i and o busy for tau, stamped with its intended
@@ -448,6 +512,123 @@ static void voq_schedule_islip(struct voq_node *n, u64 t, u64 now, u64 *touched)
 	}
 }
 
+/* ---- the hybrid switch (E1; docs/hybrid-holding.md, the reference testbed/optical/eventsim.py) ---- */
+
+/* The arrival skb at instant t: cut-through if its output is free at t, else OE through
+ * the lowest buffer input released before t (one whose bufferisation ends at t is still
+ * busy: the paper's residual loss), else drop. */
+static void voq_hybrid_arrive(struct voq_node *n, struct sk_buff *skb, u64 t, u64 now, u64 *touched)
+{
+	struct voq_skb_cb *cb = voq_cb(skb);
+	u32 i = cb->in_port, o = cb->out_port, k;
+	struct voq_sched *m = n->member[o];
+	u64 len = qdisc_pkt_len(skb), tau;
+
+	m->st.arrivals++;
+	n->st.arrivals++;
+	cb->order = n->rank++;
+	if (n->out_free[o] <= t) {
+		m->st.cut++;
+		n->st.cut++;
+		voq_depart(n, skb, i, o, t, now, touched);
+		return;
+	}
+	for (k = 0; k < n->n_e; k++)
+		if (n->bin_free[k] < t)
+			break;
+	if (k == n->n_e) {
+		m->st.dropped++;
+		n->st.dropped++;
+		n->in_dropped[i]++;
+		voq_push(&m->gone, skb);
+		*touched |= BIT_ULL(o);
+		return;
+	}
+	tau = voq_tau(m, skb);
+	n->bin_free[k] = t + tau;
+	skb->tstamp = ns_to_ktime(t + tau);	/* its join instant, while converting */
+	voq_push(&n->conv, skb);
+	n->in_bytes[i] += len;
+	n->node_bytes += len;
+	m->st.buffered++;
+	n->st.buffered++;
+}
+
+/* The converting packets whose bufferisation ends at t join their output's FIFO, in
+ * arrival rank. Returns whether any joined. */
+static bool voq_hybrid_join(struct voq_node *n, u64 t)
+{
+	struct sk_buff *skb, *prev, *best, *best_prev;
+	bool any = false;
+
+	for (;;) {
+		best = best_prev = NULL;
+		for (prev = NULL, skb = n->conv.head; skb; prev = skb, skb = skb->next)
+			if (voq_time(skb) == t && (!best || voq_before(voq_cb(skb)->order, voq_cb(best)->order))) {
+				best = skb;
+				best_prev = prev;
+			}
+		if (!best)
+			return any;
+		voq_unlink(&n->conv, best_prev, best);
+		voq_cb(best)->order = n->joins++;
+		voq_push(voq_hq(n, voq_cb(best)->out_port), best);
+		n->waiting++;
+		any = true;
+	}
+}
+
+/* FIFO heads whose output is free at t leave through the lowest free buffer output, the
+ * earliest joined first, while a buffer output is free. */
+static void voq_hybrid_dispatch(struct voq_node *n, u64 t, u64 now, u64 *touched)
+{
+	struct sk_buff *skb;
+	u32 o, best, k;
+
+	while (n->waiting) {
+		best = U32_MAX;
+		for (o = 0; o < n->n_ports; o++) {
+			skb = voq_hq(n, o)->head;
+			if (skb && n->out_free[o] <= t &&
+			    (best == U32_MAX || voq_before(voq_cb(skb)->order, voq_cb(voq_hq(n, best)->head)->order)))
+				best = o;
+		}
+		if (best == U32_MAX)
+			return;
+		for (k = 0; k < n->n_e; k++)
+			if (n->bout_free[k] <= t)
+				break;
+		if (k == n->n_e)
+			return;		/* every buffer output is emitting */
+		skb = voq_pop(voq_hq(n, best));
+		n->waiting--;
+		n->bout_free[k] = t + voq_tau(n->member[best], skb);
+		n->in_bytes[voq_cb(skb)->in_port] -= qdisc_pkt_len(skb);
+		n->node_bytes -= qdisc_pkt_len(skb);
+		voq_depart(n, skb, voq_cb(skb)->in_port, best, t, now, touched);
+	}
+}
+
+/* The instant t of a hybrid node: releases (implicit: ports whose tau ended by t are
+ * free), dispatch, the arrivals of t in input order, the joins of t, dispatch; then the
+ * occupancy maxima (departures of an instant before its arrivals, as the reference). */
+static void voq_hybrid_instant(struct voq_node *n, u64 t, u64 now, u64 *touched)
+{
+	u32 k;
+
+	voq_hybrid_dispatch(n, t, now, touched);
+	for (k = 0; k < n->n_ports; k++)
+		while (n->pend[k].head && voq_time(n->pend[k].head) == t)
+			voq_hybrid_arrive(n, voq_pop(&n->pend[k]), t, now, touched);
+	if (voq_hybrid_join(n, t))
+		voq_hybrid_dispatch(n, t, now, touched);
+	if (n->node_bytes > n->st.max_node_bytes)
+		n->st.max_node_bytes = n->node_bytes;
+	for (k = 0; k < n->n_ports; k++)
+		if (n->in_bytes[k] > n->in_max_bytes[k])
+			n->in_max_bytes[k] = n->in_bytes[k];
+}
+
 /* Decide every instant t <= now - M not decided yet, in order: at each, the releases'
  * scheduling (if packets wait and ports are released at t), then the arrivals of t in
  * input order. Outputs given a packet are added to *touched. */
@@ -462,11 +643,16 @@ static void voq_advance(struct voq_node *n, u64 now, u64 *touched)
 	for (;;) {
 		ta = voq_next_arrival(n);
 		tr = voq_next_release(n);
-		t = min(ta, tr);
+		t = min3(ta, tr, voq_next_join(n));
 		if (t == U64_MAX || t > horizon)
 			return;
 		if (horizon - t > n->st.max_decision_lag_ns)
 			n->st.max_decision_lag_ns = horizon - t;
+		if (voq_hybrid(n)) {
+			voq_hybrid_instant(n, t, now, touched);
+			n->last = t;
+			continue;
+		}
 		if (n->waiting && tr == t) {
 			if (n->scheduler == VOQ_SCHED_ISLIP)
 				voq_schedule_islip(n, t, now, touched);
@@ -484,7 +670,7 @@ static void voq_advance(struct voq_node *n, u64 now, u64 *touched)
  * it is past). A timer armed earlier and no longer needed fires for nothing. */
 static void voq_arm(struct voq_node *n)
 {
-	u64 t = min(voq_next_arrival(n), voq_next_release(n)), want;
+	u64 t = voq_next_event(n), want;
 
 	if (t == U64_MAX)
 		return;
@@ -628,6 +814,28 @@ static struct sk_buff *voq_dequeue(struct Qdisc *sch)
 	return NULL;
 }
 
+/* Move the packets of f for output o to *out; with n, they counted as waiting (frame
+ * bytes, hybrid's converting packets). */
+static void voq_take_port(struct voq_fifo *f, u32 o, struct voq_fifo *out, struct voq_node *n)
+{
+	struct sk_buff *prev = NULL, *cur = f->head, *nx;
+
+	while (cur) {
+		nx = cur->next;
+		if (voq_cb(cur)->out_port == o) {
+			voq_unlink(f, prev, cur);
+			if (n) {
+				n->in_bytes[voq_cb(cur)->in_port] -= qdisc_pkt_len(cur);
+				n->node_bytes -= qdisc_pkt_len(cur);
+			}
+			voq_push(out, cur);
+		} else {
+			prev = cur;
+		}
+		cur = nx;
+	}
+}
+
 /* Take every packet of member q (output q->opt.port) out of its node into *out: pending,
  * VOQs (buffer counts adjusted), ready and gone lists. Under the node lock. */
 static void voq_purge(struct voq_node *n, struct voq_sched *q, struct voq_fifo *out)
@@ -636,35 +844,20 @@ static void voq_purge(struct voq_node *n, struct voq_sched *q, struct voq_fifo *
 	struct sk_buff *skb;
 
 	for (i = 0; i < n->n_ports; i++) {
-		struct voq_fifo *f = &n->pend[i], *v = voq_q(n, i, o);
-		struct sk_buff *prev = NULL, *cur = f->head, *nx;
+		struct voq_fifo *v = voq_q(n, i, o);
 
-		while (cur) {
-			nx = cur->next;
-			if (voq_cb(cur)->out_port == o) {
-				if (prev)
-					prev->next = nx;
-				else
-					f->head = nx;
-				if (f->tail == cur)
-					f->tail = prev;
-				f->qlen--;
-				voq_push(out, cur);
-			} else {
-				prev = cur;
-			}
-			cur = nx;
-		}
+		voq_take_port(&n->pend[i], o, out, NULL);
 		while ((skb = voq_pop(v))) {
-			u64 ip = voq_ip_bytes(skb);
+			u64 b = voq_wait_bytes(n, skb);
 
-			n->in_bytes[i] -= ip;
-			n->node_bytes -= ip;
+			n->in_bytes[voq_cb(skb)->in_port] -= b;
+			n->node_bytes -= b;
 			n->waiting--;
 			voq_push(out, skb);
 		}
 		v->bytes = 0;
 	}
+	voq_take_port(&n->conv, o, out, n);		/* (hybrid: converting packets for o) */
 	n->out_wait_ns[o] = 0;		/* VOQ(*, o) is empty */
 	while ((skb = voq_pop(&q->ready)))
 		voq_push(out, skb);
@@ -719,8 +912,25 @@ static int voq_parse(struct nlattr *opt, struct tc_voq_qopt *o, struct netlink_e
 		NL_SET_ERR_MSG_MOD(extack, "port must be below n_ports");
 		return -EINVAL;
 	}
-	if (o->scheduler != VOQ_SCHED_RR && o->scheduler != VOQ_SCHED_ISLIP) {
-		NL_SET_ERR_MSG_MOD(extack, "scheduler must be 0 (rr) or 1 (islip)");
+	if (o->scheduler != VOQ_SCHED_RR && o->scheduler != VOQ_SCHED_ISLIP && o->scheduler != VOQ_SCHED_HYBRID) {
+		NL_SET_ERR_MSG_MOD(extack, "scheduler must be 0 (rr), 1 (islip) or 2 (hybrid)");
+		return -EINVAL;
+	}
+	if (o->reserved) {
+		NL_SET_ERR_MSG_MOD(extack, "reserved must be 0");
+		return -EINVAL;
+	}
+	if (o->scheduler == VOQ_SCHED_HYBRID) {
+		if (o->n_e > o->n_ports) {
+			NL_SET_ERR_MSG_MOD(extack, "n_e must be 0..n_ports (hybrid)");
+			return -EINVAL;
+		}
+		if (o->buffer_bytes || o->voq_split || o->xcp_interval_ns || o->xcp_epoch_ns) {
+			NL_SET_ERR_MSG_MOD(extack, "hybrid takes buffer_bytes 0 (unlimited), voq_split 0 and no XCP ring");
+			return -EINVAL;
+		}
+	} else if (o->n_e) {
+		NL_SET_ERR_MSG_MOD(extack, "n_e must be 0 unless the scheduler is 2 (hybrid)");
 		return -EINVAL;
 	}
 	if (o->voq_split != VOQ_SPLIT_SHARED && o->voq_split != VOQ_SPLIT_STATIC) {
@@ -778,6 +988,7 @@ static struct voq_node *voq_node_new(const struct net *net, const struct tc_voq_
 	n->n_ports = o->n_ports;
 	n->scheduler = o->scheduler;
 	n->voq_split = o->voq_split;
+	n->n_e = o->n_e;
 	n->buffer_bytes = o->buffer_bytes;
 	n->lookahead_ns = o->lookahead_ns;
 	spin_lock_init(&n->lock);
@@ -803,9 +1014,9 @@ static int voq_join(struct Qdisc *sch, struct voq_sched *q, const struct tc_voq_
 	}
 	if (n) {
 		if (n->n_ports != o->n_ports || n->scheduler != o->scheduler || n->voq_split != o->voq_split ||
-		    n->buffer_bytes != o->buffer_bytes || n->lookahead_ns != o->lookahead_ns) {
+		    n->n_e != o->n_e || n->buffer_bytes != o->buffer_bytes || n->lookahead_ns != o->lookahead_ns) {
 			NL_SET_ERR_MSG_MOD(extack, "this node's other ports have other n_ports, scheduler, voq_split, "
-					   "buffer_bytes or lookahead_ns (node-wide options must be the same)");
+					   "n_e, buffer_bytes or lookahead_ns (node-wide options must be the same)");
 			err = -EINVAL;
 			goto out;
 		}
@@ -925,7 +1136,7 @@ static int voq_dump_stats(struct Qdisc *sch, struct gnet_dump *d)
 	st->port.in_bytes = n->in_bytes[p];
 	st->node = n->st;
 	st->node.last_ns = n->last;
-	st->node.waiting = n->waiting;
+	st->node.waiting = n->waiting + n->conv.qlen;
 	st->node.pending = 0;
 	for (k = 0; k < n->n_ports; k++)
 		st->node.pending += n->pend[k].qlen;
@@ -952,7 +1163,7 @@ static struct Qdisc_ops voq_qdisc_ops __read_mostly = {
 
 static int __init voq_module_init(void)
 {
-	BUILD_BUG_ON(sizeof(struct tc_voq_qopt) != 80);
+	BUILD_BUG_ON(sizeof(struct tc_voq_qopt) != 88);
 	BUILD_BUG_ON(sizeof(struct tc_voq_xcp_slot) != 32);
 	BUILD_BUG_ON(sizeof(struct tc_voq_xstats) != (13 + 13 + VOQ_LATE_BUCKETS) * 8 + VOQ_XCP_SLOTS * 32);
 	BUILD_BUG_ON(VOQ_XCP_SLOTS & (VOQ_XCP_SLOTS - 1));	/* slot = k & (VOQ_XCP_SLOTS - 1) */
@@ -972,5 +1183,5 @@ module_exit(voq_module_exit);
 
 MODULE_AUTHOR("optical-tcp-testbed");
 MODULE_LICENSE("GPL");
-MODULE_DESCRIPTION("Input-buffered optical switch node: virtual output queues per input, rr or iSLIP "
-		   "scheduling, decided on the intended timeline with a lookahead margin");
+MODULE_DESCRIPTION("Optical switch node held and released on the intended timeline with a lookahead margin: "
+		   "input-buffered (virtual output queues, rr or iSLIP) or E1's hybrid switch (n_e buffer ports)");

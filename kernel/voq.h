@@ -18,7 +18,7 @@
 
 #include <linux/types.h>
 
-#define VOQ_VERSION		2	/* 2: XCP interval ring (xcp_* options, xstats.xcp) */
+#define VOQ_VERSION		3	/* 2: XCP interval ring (xcp_* options, xstats.xcp); 3: hybrid (n_e) */
 #define VOQ_MAX_PORTS		64	/* ports of one node (OPTSW_MAX_PORTS) */
 #define VOQ_LATE_BUCKETS	48	/* enqueue-lateness histogram: bucket k = [2^k, 2^(k+1)) ns */
 #define VOQ_XCP_SLOTS		4	/* XCP ring per output: interval k in slot k & (VOQ_XCP_SLOTS - 1) */
@@ -27,6 +27,8 @@
 /* scheduler */
 #define VOQ_SCHED_RR		0	/* round-robin per output, outputs in index order */
 #define VOQ_SCHED_ISLIP		1	/* iSLIP-like request-grant-accept, iterated */
+#define VOQ_SCHED_HYBRID	2	/* not input-buffered: E1's hybrid switch (n_e buffer input/output
+					 * ports, a FIFO per output; docs/hybrid-holding.md) */
 /* how an input's B bytes are split among its VOQs */
 #define VOQ_SPLIT_SHARED	0	/* the input's VOQs share B */
 #define VOQ_SPLIT_STATIC	1	/* each VOQ has B / N */
@@ -65,7 +67,16 @@ struct tc_voq_qopt {
 	__u64 xcp_interval_ns;	/* d_e, 1..1 h: XCP ring on, interval k = [E + k d_e, E + (k+1) d_e);
 				 * 0: off (no slot is ever written). These two (only) may change
 				 * on a live qdisc (RTM_NEWQDISC change): the ring then restarts. */
+	__u32 n_e;		/* hybrid: buffer input = buffer output ports, 0..n_ports; else 0 (node-wide) */
+	__u32 reserved;		/* 0 */
 };
+
+/* The hybrid scheduler (VOQ_SCHED_HYBRID) takes no buffer_bytes (the paper's buffer is
+ * unlimited: 0), voq_split 0 and no XCP ring; its byte counts (in_bytes, in_max_bytes,
+ * max_node_bytes) are *frame* bytes waiting from arrival until the head leaves, as E1's
+ * port model counts its occupancy; rr and islip count IP bytes (E5's paper). Its
+ * `buffered` are the packets that took a buffer input (OE), `dropped` those that found
+ * none, `in_dropped` per input port the same drops by where they came in. */
 
 /* One port of the node: its output (this qdisc) and its input (the same device's
  * ingress, input port `port`). */
@@ -96,7 +107,7 @@ struct tc_voq_node_stats {
 	__u64 max_decision_lag_ns;	/* largest (real time - (t + M)) at which an instant t was decided */
 	__u64 max_node_bytes;	/* most IP bytes waiting in the node's input buffers at once */
 	__u64 last_ns;		/* the latest instant decided (CLOCK_MONOTONIC ns) */
-	__u64 waiting;		/* packets in VOQs now */
+	__u64 waiting;		/* packets in VOQs now (hybrid: converting or in the output FIFOs) */
 	__u64 pending;		/* packets whose arrival instant is not decided yet */
 	__u64 members;		/* qdiscs sharing the node now */
 	__u64 late_log2[VOQ_LATE_BUCKETS];	/* enqueue lateness: bucket k [2^k, 2^(k+1)) ns, 0 also 0 */

@@ -55,7 +55,8 @@ class E1FatTree(FlowFamily):
         Param("k", "int", 4, "fat-tree arity (servers = k^3/4, switches = 5k^2/4)", lo=2, hi=16),
         Param("switch", "str", "hybrid:2",
               "switch configuration of every switch: a port architecture (all-optical | hybrid:N_E | "
-              "electronic), optionally @INITIAL_RTO (e.g. 'electronic@1 s' overrides initial_rto)"),
+              "electronic | hybrid-hold:N_E, the hybrid switch realised by holding), optionally @INITIAL_RTO "
+              "(e.g. 'electronic@1 s' overrides initial_rto)"),
         Param("link_length", Dim.LENGTH, "10 m", "length of every link (propagation at n = 1.45)",
               lo=0, hi=100e3),
         Param("link_rate", Dim.RATE, "10 Gbit/s", "rate of every link and server NIC", lo=0, lo_open=True,
@@ -109,6 +110,10 @@ class E1FatTree(FlowFamily):
         Metric("oeo_fraction", "1", "buffered (OEO-converted) share of the forwarded packets"),
         Metric("max_buffer_bytes", "B", "largest buffer occupancy of any switch"),
         Metric("lateness_p99_s", "s", "99th percentile of the emulation's release lateness (paper time)"),
+        Metric("decisions_late", "count", "packets a holding switch (hybrid-hold) decided late: they reached it "
+               "after their instant was decided (lateness beyond its lookahead M: those decisions may differ from "
+               "the paper's switch; docs/hybrid-holding.md); empty for switches that decide at arrival",
+               since="2026-11-29"),
         Metric("initial_rto_effective_s", "s", "initial RTO the kernel used (paper time; below the "
                "requested one when x D exceeds TCP_RTO_MAX)"),
         *lossdetect.MEMORY_METRICS,
@@ -264,12 +269,20 @@ class E1FatTree(FlowFamily):
         return row
 
 
+#: architectures realised by holding that are E1's own switch (their reference is the
+#: paper's switch, testbed/optical/eventsim.py): the hybrid switch without the port
+#: model's commitment at arrival (docs/hybrid-holding.md)
+HELD_SWITCHES = ("hybrid-hold",)
+
+
 def switch_architectures() -> list[architectures.Architecture]:
     """The port architectures an E1 switch may have: those of the registry for a switch
-    of role core that decide per packet (they have a per-packet reference model). An
-    architecture that needs other nodes to work with it (obs-core, which drops the
-    bursts an obs-edge announces) has no place in a fat-tree of identical switches."""
-    return [a for a in architectures.REGISTRY if SWITCH_ROLE in a.roles and a.reference is not None]
+    of role core that decide per packet (they have a per-packet reference model), and
+    :data:`HELD_SWITCHES`. An architecture that needs other nodes to work with it
+    (obs-core, which drops the bursts an obs-edge announces) has no place in a fat-tree
+    of identical switches."""
+    return [a for a in architectures.REGISTRY
+            if SWITCH_ROLE in a.roles and (a.reference is not None or a.name in HELD_SWITCHES)]
 
 
 def parse_switch(spec: str, k: int) -> tuple[Assignment, Quantity | None]:
@@ -346,6 +359,9 @@ def summarise(res: Any, counters: list[dict], ctx: "PointContext", v: dict[str, 
         "oeo_fraction": buffered / (cut + buffered) if cut + buffered else math.nan,
         "max_buffer_bytes": max(node_occ.values(), default=0),
         "lateness_p99_s": lateness_p99 if lateness_p99 is not None else math.nan,
+        # holding switches count the packets they decided late (the edt ones decide at arrival)
+        "decisions_late": (sum(int(r["late"]) for r in switch_rows if "late" in r)
+                           if any("late" in r for r in switch_rows) else math.nan),
     }
 
 

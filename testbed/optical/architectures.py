@@ -356,6 +356,27 @@ HYBRID = Architecture(
     reference=model.HybridModel,
     params=(ArchParam("n_e", "buffer input and output ports", 1, MAX_NE, at_most_ports=True),))
 
+
+
+def hybrid_hold_options(context: NodeContext, values: Mapping[str, int], key: str) -> voq.VoqOptions:
+    """hybrid-hold's voq configuration on a node described by ``context``: the hybrid
+    scheduler with ``n_e`` buffer ports, the node's id, per port its emulation rate,
+    propagation and host flag, the lookahead M = the switch option ``lookahead_ns``,
+    else :func:`testbed.optical.voq.hybrid_lookahead_ns` (1 ms, or half the node's
+    shortest propagation if that is less). Raises DefinitionError as
+    :func:`testbed.optical.voq.hybrid_node_options`."""
+    return voq.hybrid_node_options(context, values["n_e"], key=key)
+
+
+HYBRID_HOLD = Architecture(
+    "hybrid-hold", 12, "hybrid_hold", "the hybrid switch as the paper states it, realised by holding: a buffered "
+    "packet leaves when it is first in its output's FIFO, the output is free and a buffer output is free, so "
+    "arrivals may cut through on an output a buffered packet waits for (voq qdisc, hybrid scheduler, decided on "
+    "the intended timeline a lookahead M late); hybrid must commit departures at arrival",
+    reference=None, oracle="testbed.optical.eventsim",
+    params=(ArchParam("n_e", "buffer input and output ports", 0, MAX_NE, at_most_ports=True),),
+    realisation=voq.VOQ_HOLDING, mechanism_options=hybrid_hold_options)
+
 # ---- E2: optical burst switching (Casoni, Raffaelli, "TCP Performance in Hybrid Multigranular OBS
 # Networks", section II; docs/obs.md) ----
 
@@ -529,7 +550,7 @@ XCP_EDGE = Architecture(
     roles=("edge",), realisation=xcppace.XCPPACE_HOLDING, mechanism_options=xcp_edge_options)
 
 #: every architecture; the BPF dispatch is generated from this list (archgen.py)
-REGISTRY = Registry([NIC, ELECTRONIC, FIFO, XCP_EDGE, ALL_OPTICAL, HYBRID, OBS_EDGE, OBS_CORE, OB, IB, SB, WCSB])
+REGISTRY = Registry([NIC, ELECTRONIC, FIFO, XCP_EDGE, ALL_OPTICAL, HYBRID, HYBRID_HOLD, OBS_EDGE, OBS_CORE, OB, IB, SB, WCSB])
 
 
 def parse(spec: str, ports: int | None = None, *, role: str | None = DEFAULT_SWITCH_ROLE,

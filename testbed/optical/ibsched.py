@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Iterable, Protocol, Sequence
 
 # an output's XCP ring has the BPF accumulators' layout (kernel/voq.h VOQ_XCP_SLOTS and
 # VOQ_XCP_NONE equal them; tests/unit/test_voq.py checks): interval k in slot k % XCP_SLOTS,
@@ -433,20 +433,32 @@ class IbNode:
 
 
 
-def run(arrivals: Sequence[Arrival], config: IbConfig, *, timer_lag_ns: int = 0,
-        polls: Iterable[int] = ()) -> tuple[list[Decision], Counters]:
-    """Drive one node in real time over ``arrivals``; return their decisions (in input
-    order) and the counters.
+class Node(Protocol):
+    """What :func:`drive` needs of a node mirror (:class:`IbNode`,
+    ``testbed.optical.hybridsched.HybridNode``): the qdisc entry points and the results."""
+
+    decisions: dict[int, Decision]
+
+    def enqueue(self, key: int, arrival: Arrival, now_ns: int) -> None: ...
+
+    def advance(self, now_ns: int) -> None: ...
+
+    def next_wakeup_ns(self) -> int | None: ...
+
+
+def drive(node: Node, arrivals: Sequence[Arrival], *, timer_lag_ns: int = 0,
+          polls: Iterable[int] = ()) -> list[Decision]:
+    """Drive ``node`` in real time over ``arrivals``; return their decisions (in input
+    order).
 
     Real-time events, in time order: each packet's enqueue at ``enqueue_ns`` (ties in
     the order given), extra ``polls`` (real times at which some qdisc's dequeue runs
     ``advance``) and the node timer, which fires ``timer_lag_ns`` after
-    :meth:`IbNode.next_wakeup_ns`. Enqueues come first at equal times, then polls, then
+    ``node.next_wakeup_ns()``. Enqueues come first at equal times, then polls, then
     the timer. Raises ValueError for a negative ``timer_lag_ns`` or a bad packet.
     """
     if timer_lag_ns < 0:
         raise ValueError(f"timer_lag_ns={timer_lag_ns}: accepted range is timer_lag_ns >= 0")
-    node = IbNode(config)
     order = sorted(range(len(arrivals)), key=lambda k: arrivals[k].reached_ns)
     extra = sorted(polls)
     k = j = 0
@@ -467,4 +479,12 @@ def run(arrivals: Sequence[Arrival], config: IbConfig, *, timer_lag_ns: int = 0,
             j += 1
         else:
             node.advance(t)
-    return [node.decisions[k] for k in range(len(arrivals))], node.counters
+    return [node.decisions[k] for k in range(len(arrivals))]
+
+
+def run(arrivals: Sequence[Arrival], config: IbConfig, *, timer_lag_ns: int = 0,
+        polls: Iterable[int] = ()) -> tuple[list[Decision], Counters]:
+    """Drive one IB node over ``arrivals`` (:func:`drive`); return their decisions (in
+    input order) and the counters. Raises ValueError as :func:`drive`."""
+    node = IbNode(config)
+    return drive(node, arrivals, timer_lag_ns=timer_lag_ns, polls=polls), node.counters

@@ -17,6 +17,12 @@ bound is taken against that floor (a tenth of a tau is below what any E1 result 
 Differences within the bounds are what "departures committed at arrival" costs
 (docs/optical-switch.md); beyond them they are bugs.
 
+The port model's gap (departures committed at arrival) is closed by the holding
+realisation of the same switch, ``hybrid-hold`` (the voq qdisc's hybrid scheduler,
+docs/hybrid-holding.md): :func:`holding_outcomes` runs its algorithm (the mirror
+``testbed/optical/hybridsched.py``, equal to the kernel's C in the unit tier) as another
+runner, and it must be the simulator itself, packet for packet.
+
 Used by ``tests/unit/test_oracle.py`` (Python reference, every configuration),
 ``tests/bpf/test_optswitch.py`` (the BPF program itself, fewer packets) and ``make bench``
 (``testbed/benchmarks/switch.py``, 100 000 packets per configuration).
@@ -28,7 +34,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from testbed.optical import eventsim, traces
+from testbed.optical import eventsim, hybridsched, ibsched, traces
 from testbed.optical.architectures import from_model
 from testbed.optical.layout import BUFFER, CUT, DROP, PortConfig
 
@@ -86,6 +92,25 @@ def model_outcomes(packets: Sequence[eventsim.Packet], cfg: Config,
         p = packets[i]
         d = sw.offer(p.arrival_ns, p.length, p.out_port)
         out[i] = eventsim.Outcome(_KIND[d.kind], d.dep_ns)
+    return out  # type: ignore[return-value]
+
+
+def holding_outcomes(packets: Sequence[eventsim.Packet], cfg: Config,
+                     ps_per_byte: int = PS_PER_BYTE) -> list[eventsim.Outcome]:
+    """The decisions of the hybrid switch realised by holding (``hybrid-hold:N_E``, the
+    voq qdisc's hybrid scheduler; all-optical is n_e = 0), every packet on time, in the
+    simulator's record type. Raises ValueError for the electronic switch (no holding
+    realisation: it decides at arrival exactly)."""
+    if cfg.model not in ("all-optical", "hybrid"):
+        raise ValueError(f"model={cfg.model!r}: the holding realisation is the hybrid switch's (accepted: "
+                         "all-optical, hybrid)")
+    order = sorted(range(len(packets)), key=lambda i: (packets[i].arrival_ns, packets[i].in_port))
+    arrivals = [ibsched.Arrival(packets[i].arrival_ns, packets[i].length, packets[i].in_port,
+                                packets[i].out_port) for i in order]
+    dec, _ = hybridsched.run(arrivals, hybridsched.HybridConfig.uniform(cfg.n_a, ps_per_byte, cfg.n_e, 1))
+    out: list[eventsim.Outcome | None] = [None] * len(packets)
+    for j, i in enumerate(order):
+        out[i] = eventsim.Outcome(dec[j].kind, dec[j].departure_ns)
     return out  # type: ignore[return-value]
 
 

@@ -1,6 +1,7 @@
-"""The ``voq`` qdisc (``kernel/sch_voq.c``: E5's input-buffered node released on the
-intended timeline; design in docs/ib-holding.md) from Python: its options, its counters,
-the module that provides it and its fabric mechanism.
+"""The ``voq`` qdisc (``kernel/sch_voq.c``: a node that holds every packet and releases it
+on the intended timeline: E5's input-buffered node, design in docs/ib-holding.md, or E1's
+hybrid switch, docs/hybrid-holding.md) from Python: its options, its counters, the module
+that provides it and its fabric mechanism.
 
 * :class:`VoqOptions`: the options of one node's voq qdiscs (the fabric's node id, the
   node as :class:`~testbed.optical.ibsched.IbConfig`: ports, B, lookahead M, scheduler,
@@ -8,10 +9,14 @@ the module that provides it and its fabric mechanism.
   (:class:`VoqError` naming the field, the value and the accepted range).
   :meth:`VoqOptions.qopt` is one port's ``struct tc_voq_qopt`` (``kernel/voq.h``) as a
   :class:`Qopt`, which packs and unpacks. The same IbConfig drives the algorithm's
-  mirror, :func:`testbed.optical.ibsched.run`.
-* :func:`node_options`: the options of a fabric node (its
-  :class:`~testbed.optical.mechanisms.NodeContext`) for a buffer B, with the lookahead
-  checked against the node's links (DefinitionError naming key, value and range).
+  mirror, :func:`testbed.optical.ibsched.run`; a
+  :class:`~testbed.optical.hybridsched.HybridConfig` (ports, n_e, M) makes the node
+  E1's hybrid switch (scheduler ``hybrid``), mirrored by
+  :func:`testbed.optical.hybridsched.run`.
+* :func:`node_options` / :func:`hybrid_node_options`: the options of a fabric node (its
+  :class:`~testbed.optical.mechanisms.NodeContext`) for a buffer B / for n_e buffer
+  ports, with the lookahead checked against the node's links (DefinitionError naming
+  key, value and range).
 * :func:`install` / :func:`remove` / :func:`read` / :func:`read_ports` put the qdisc on
   a device, take it off and read options and counters back, through rtnetlink
   in-process (:mod:`testbed.optical.qdiscnl`: ``tc`` has no parser for this qdisc);
@@ -28,7 +33,7 @@ the module that provides it and its fabric mechanism.
   counters for the fabric's rows (:meth:`VoqQdisc.port_counters`).
 
 Units: times in emulation ns (CLOCK_MONOTONIC), rates in ps per byte, buffers in IP
-bytes (frame bytes less 14), as the qdisc.
+bytes (frame bytes less 14; hybrid: frame bytes), as the qdisc.
 """
 
 from __future__ import annotations
@@ -43,19 +48,22 @@ from testbed.errors import DefinitionError
 from testbed.features import Feature
 from testbed.ledger import Ledger
 from testbed.optical import layout, qdiscnl
+from testbed.optical.hybridsched import HybridConfig
 from testbed.optical.ibsched import SCHEDULERS, VOQ_SPLITS, XCP_NONE, XCP_SLOTS, IbConfig, PortParams, XcpSlot
 from testbed.optical.mechanisms import HOLDING, Mechanism, NodeContext, Realisation
 
 MODULE_NAME = "sch_voq"
 KIND = "voq"
 #: the constants of kernel/voq.h (tests/unit/test_voq.py compares them with the header)
-VERSION = 2
+VERSION = 3
 MAX_PORTS = 64
 LATE_BUCKETS = 48
 F_PEER_HOST = 0x1
 #: what the optical switch's programs leave in skb->cb for a held packet: cb[CB_DECISION]
 #: = OPTSW_HOLD (the egress program), cb[CB_IN_PORT] = the input port (the ingress program)
 CB_DECISION, CB_IN_PORT, OPTSW_HOLD = 0, 1, 4
+#: the scheduler codes (VOQ_SCHED_*): ibsched.SCHEDULERS in order, then E1's hybrid switch
+SCHEDULER_CODES = {**{name: code for code, name in enumerate(SCHEDULERS)}, "hybrid": 2}
 ETH_HLEN = 14
 #: the module's bounds (inclusive), as kernel/voq.h and voq_parse() in sch_voq.c
 LIMIT_BOUNDS = (1, 10_000_000)
@@ -79,9 +87,9 @@ DEFAULT_LIMIT = 1_000_000
 QOPT_MEMBERS = (("version", "u32"), ("node_id", "u32"), ("n_ports", "u32"), ("port", "u32"), ("scheduler", "u32"),
                 ("voq_split", "u32"), ("flags", "u32"), ("limit", "u32"), ("buffer_bytes", "u64"),
                 ("lookahead_ns", "u64"), ("ps_per_byte", "u64"), ("prop_ns", "u64"), ("xcp_epoch_ns", "u64"),
-                ("xcp_interval_ns", "u64"))
+                ("xcp_interval_ns", "u64"), ("n_e", "u32"), ("reserved", "u32"))
 _QOPT = struct.Struct("=" + "".join("I" if t == "u32" else "Q" for _, t in QOPT_MEMBERS))
-QOPT_SIZE = _QOPT.size                                                   # 80
+QOPT_SIZE = _QOPT.size                                                   # 88
 
 
 class VoqError(qdiscnl.QdiscError):
@@ -101,7 +109,8 @@ class Qopt:
     """``struct tc_voq_qopt``, the options of one voq qdisc, as the kernel takes and
     dumps them (codes, not names: ``scheduler`` an index of ibsched.SCHEDULERS,
     ``voq_split`` of ibsched.VOQ_SPLITS, ``flags`` F_PEER_HOST; ``xcp_epoch_ns`` and
-    ``xcp_interval_ns`` the XCP ring's E and d_e, 0 and 0: off)."""
+    ``xcp_interval_ns`` the XCP ring's E and d_e, 0 and 0: off; ``n_e`` the hybrid
+    switch's buffer ports, 0 for the other schedulers; ``reserved`` 0)."""
 
     version: int
     node_id: int
@@ -117,9 +126,11 @@ class Qopt:
     prop_ns: int
     xcp_epoch_ns: int = 0
     xcp_interval_ns: int = 0
+    n_e: int = 0
+    reserved: int = 0
 
     def pack(self) -> bytes:
-        """The TCA_OPTIONS payload (host byte order, 80 bytes)."""
+        """The TCA_OPTIONS payload (host byte order, 88 bytes)."""
         return _QOPT.pack(*(getattr(self, name) for name, _ in QOPT_MEMBERS))
 
     @classmethod
@@ -134,12 +145,13 @@ class Qopt:
 class VoqOptions:
     """The options of one node's voq qdiscs: ``node_id`` (the qdiscs of one namespace
     naming it share the node's VOQs and scheduler), ``config`` (ports in port order with
-    their rate, propagation and host flag; B; M; scheduler; VOQ split; emulation units)
-    and ``limit`` (packets each qdisc may hold). Raises VoqError naming the field, the
-    value and the module's range when one is out of it."""
+    their rate, propagation and host flag; M; for an input-buffered node B, scheduler and
+    VOQ split; for a hybrid node n_e; emulation units) and ``limit`` (packets each qdisc
+    may hold). Raises VoqError naming the field, the value and the module's range when
+    one is out of it."""
 
     node_id: int
-    config: IbConfig
+    config: IbConfig | HybridConfig
     limit: int = DEFAULT_LIMIT
 
     def __post_init__(self) -> None:
@@ -147,11 +159,14 @@ class VoqOptions:
         _check("node_id", self.node_id, (0, 2**32 - 1))
         _check("n_ports", c.n_ports, PORTS_BOUNDS)
         _check("limit", self.limit, LIMIT_BOUNDS, " packets")
-        _check("buffer_bytes", c.buffer_bytes, BUFFER_BOUNDS, " bytes")
         _check("lookahead_ns", c.lookahead_ns, LOOKAHEAD_BOUNDS, " ns")
         for i, p in enumerate(c.ports):
             _check(f"port {i} ps_per_byte", p.ps_per_byte, PS_PER_BYTE_BOUNDS, " ps per byte")
             _check(f"port {i} prop_ns", p.prop_ns, PROP_BOUNDS, " ns")
+        if isinstance(c, HybridConfig):
+            _check("n_e", c.n_e, (0, c.n_ports), " buffer ports")
+            return
+        _check("buffer_bytes", c.buffer_bytes, BUFFER_BOUNDS, " bytes")
         _check("xcp_interval_ns", c.xcp_interval_ns, XCP_INTERVAL_BOUNDS, " ns (0: XCP ring off)")
         _check("xcp_epoch_ns", c.xcp_epoch_ns, XCP_EPOCH_BOUNDS, " ns")
 
@@ -163,14 +178,21 @@ class VoqOptions:
         """The options of the qdisc of ``port`` (0 <= port < n_ports; else VoqError)."""
         _check("port", port, (0, self.n_ports - 1))
         c, p = self.config, self.config.ports[port]
-        return Qopt(VERSION, self.node_id, c.n_ports, port, SCHEDULERS.index(c.scheduler),
-                    VOQ_SPLITS.index(c.voq_split), F_PEER_HOST if p.peer_host else 0, self.limit, c.buffer_bytes,
+        flags = F_PEER_HOST if p.peer_host else 0
+        if isinstance(c, HybridConfig):
+            return Qopt(VERSION, self.node_id, c.n_ports, port, SCHEDULER_CODES["hybrid"], 0, flags, self.limit, 0,
+                        c.lookahead_ns, p.ps_per_byte, p.prop_ns, n_e=c.n_e)
+        return Qopt(VERSION, self.node_id, c.n_ports, port, SCHEDULER_CODES[c.scheduler],
+                    VOQ_SPLITS.index(c.voq_split), flags, self.limit, c.buffer_bytes,
                     c.lookahead_ns, p.ps_per_byte, p.prop_ns, c.xcp_epoch_ns, c.xcp_interval_ns)
 
     def with_xcp(self, epoch_ns: int, interval_ns: int) -> "VoqOptions":
         """These options with the XCP ring at epoch ``epoch_ns`` E and interval
         ``interval_ns`` d_e (emulation ns; 0, 0: off). Raises VoqError out of the
-        module's range, ValueError for an epoch with the ring off."""
+        module's range or for a hybrid node (no ring), ValueError for an epoch with the
+        ring off."""
+        if isinstance(self.config, HybridConfig):
+            raise VoqError("voq xcp_interval_ns: a hybrid node has no XCP ring (accepted: an input-buffered node)")
         return replace(self, config=replace(self.config, xcp_epoch_ns=epoch_ns, xcp_interval_ns=interval_ns))
 
 
@@ -185,18 +207,25 @@ def lookahead_range(context: NodeContext) -> tuple[int, int]:
     return LOOKAHEAD_BOUNDS[0], min(LOOKAHEAD_BOUNDS[1], min(context.prop_ns) - 1)
 
 
-def node_options(context: NodeContext, buffer_bytes: int, *, key: str, scheduler: str = "rr",
-                 voq_split: str = "shared", limit: int = DEFAULT_LIMIT) -> VoqOptions:
-    """The options of the voq qdiscs of a node described by ``context`` with B =
-    ``buffer_bytes`` per input (IP bytes): its node id, per port the rate (ps per byte of
-    its emulation rate), propagation (emulation ns) and host flag, M =
-    ``context.lookahead_ns`` (None: :data:`DEFAULT_LOOKAHEAD_NS`). Raises
-    DefinitionError naming ``key.lookahead_ns`` when M is not an integer within
-    :func:`lookahead_range` (naming the shortest link), and ``key`` when the node's
-    propagation is unknown or a port's rate or propagation leaves the module's range."""
-    m = DEFAULT_LOOKAHEAD_NS if context.lookahead_ns is None else context.lookahead_ns
+def hybrid_lookahead_ns(context: NodeContext) -> int:
+    """The default M of a hybrid node (emulation ns): :data:`DEFAULT_LOOKAHEAD_NS`, or half
+    the node's shortest propagation if that is less (E1's links are 10 m and 100 m: 0.5
+    and 5 ms of emulation at D = 10 000; the lateness at a switch ingress is tens of us,
+    docs/hybrid-holding.md, "M at E1's scale"). Raises ValueError when the propagation is
+    not known."""
+    if context.prop_ns is None:
+        raise ValueError("the node's link propagation is not known")
+    return max(LOOKAHEAD_BOUNDS[0], min(DEFAULT_LOOKAHEAD_NS, min(context.prop_ns) // 2))
+
+
+def _lookahead(context: NodeContext, key: str, default: int = DEFAULT_LOOKAHEAD_NS) -> int:
+    """M of a node described by ``context`` (``context.lookahead_ns``, None:
+    ``default``). Raises DefinitionError naming ``key.lookahead_ns``
+    when M is not an integer within :func:`lookahead_range` (naming the shortest link),
+    ``key`` when the node's propagation is unknown."""
     if context.prop_ns is None:
         raise DefinitionError(key, None, "a node whose links' propagation is known (NodeContext.prop_ns)")
+    m = default if context.lookahead_ns is None else context.lookahead_ns
     lo, hi = lookahead_range(context)
     if isinstance(m, bool) or not isinstance(m, int) or not lo <= m <= hi:
         short = min(range(len(context.prop_ns)), key=lambda i: context.prop_ns[i])  # type: ignore[index]
@@ -207,14 +236,51 @@ def node_options(context: NodeContext, buffer_bytes: int, *, key: str, scheduler
             "option lookahead_ns; docs/ib-holding.md)") if hi >= lo else (
             f"a lookahead M in emulation ns below the smallest propagation of the node's links, but no M fits "
             f"({link}): give the node's links a propagation (length_m) above 1 ns"))
-    ports = [(r, prop, host) for r, prop, host in zip(context.rates_bps, context.prop_ns, context.peer_host)]
+    return m
+
+
+def _ports(context: NodeContext) -> list[tuple[float, int, bool]]:
+    """(emulation bit/s, propagation ns, peer host) of each port of ``context``."""
+    return list(zip(context.rates_bps, context.prop_ns or (), context.peer_host))
+
+
+def _port_params(ports: Sequence[tuple[float, int, bool]]) -> tuple[PortParams, ...]:
+    return tuple(PortParams(layout.ps_per_byte(r), prop, host) for r, prop, host in ports)
+
+
+def node_options(context: NodeContext, buffer_bytes: int, *, key: str, scheduler: str = "rr",
+                 voq_split: str = "shared", limit: int = DEFAULT_LIMIT) -> VoqOptions:
+    """The options of the voq qdiscs of an input-buffered node described by ``context``
+    with B = ``buffer_bytes`` per input (IP bytes): its node id, per port the rate (ps
+    per byte of its emulation rate), propagation (emulation ns) and host flag, M =
+    ``context.lookahead_ns`` (None: :data:`DEFAULT_LOOKAHEAD_NS`). Raises
+    DefinitionError naming ``key.lookahead_ns`` when M is not an integer within
+    :func:`lookahead_range` (naming the shortest link), and ``key`` when the node's
+    propagation is unknown or a port's rate or propagation leaves the module's range."""
+    m = _lookahead(context, key)
+    ports = _ports(context)
     try:
-        config = IbConfig(tuple(PortParams(layout.ps_per_byte(r), prop, host) for r, prop, host in ports),
-                          buffer_bytes, m, scheduler, voq_split)
-        return VoqOptions(context.node_id, config, limit)
+        return VoqOptions(context.node_id, IbConfig(_port_params(ports), buffer_bytes, m, scheduler, voq_split), limit)
     except (ValueError, VoqError) as exc:
         raise DefinitionError(key, ports, f"ports (emulation bit/s, propagation ns, peer host) and a buffer the voq "
                                           f"qdisc can hold ({exc})") from None
+
+
+def hybrid_node_options(context: NodeContext, n_e: int, *, key: str, limit: int = DEFAULT_LIMIT) -> VoqOptions:
+    """The options of the voq qdiscs of a hybrid node (E1's switch, scheduler
+    ``hybrid``) described by ``context`` with ``n_e`` buffer input = output ports: as
+    :func:`node_options` (node id, ports) with n_e instead of a buffer and M =
+    ``context.lookahead_ns``, None: :func:`hybrid_lookahead_ns`. Raises DefinitionError
+    as :func:`node_options`, naming ``key`` when n_e exceeds the node's ports."""
+    if context.prop_ns is None:
+        raise DefinitionError(key, None, "a node whose links' propagation is known (NodeContext.prop_ns)")
+    m = _lookahead(context, key, hybrid_lookahead_ns(context))
+    ports = _ports(context)
+    try:
+        return VoqOptions(context.node_id, HybridConfig(_port_params(ports), n_e, m), limit)
+    except (ValueError, VoqError) as exc:
+        raise DefinitionError(key, ports, f"ports (emulation bit/s, propagation ns, peer host) and n_e buffer ports "
+                                          f"the voq qdisc can hold ({exc})") from None
 
 
 # -- counters ---------------------------------------------------------------------------------

@@ -120,13 +120,14 @@ def _registry_assignments() -> list:
 def test_architectures_without_a_per_packet_model_are_the_ones_with_their_own_bpf_tests():
     """obs-edge (holding: its timing is the obsburst qdisc's) and obs-core (its decisions
     depend on control packets) are checked against their oracles in tests/bpf/test_obs.py,
-    ib (holding: its decisions are the voq qdisc's) by
-    test_ib_holds_every_packet_for_its_voq_qdisc below, xcp-edge (holding: its pacing is the
+    ib and hybrid-hold (holding: their decisions are the voq qdisc's) by
+    test_held_architectures_hold_every_packet_for_their_voq_qdisc below, xcp-edge (holding: its pacing is the
     xcppace qdisc's) in tests/bpf/test_xcp_acc.py; another architecture without a
     per-packet reference needs a BPF test of its own."""
     from testbed.optical.architectures import REGISTRY
 
-    assert sorted(a.name for a in REGISTRY if a.reference is None) == ["ib", "obs-core", "obs-edge", "xcp-edge"]
+    assert sorted(a.name for a in REGISTRY if a.reference is None) == ["hybrid-hold", "ib", "obs-core", "obs-edge",
+                                                                       "xcp-edge"]
 
 
 @pytest.mark.root
@@ -437,8 +438,9 @@ def test_fifo_equals_its_reference_model_on_a_random_trace(pin_dir, tdf):
 
 
 @pytest.mark.root
-def test_ib_holds_every_packet_for_its_voq_qdisc(pin_dir):
-    """ib (ebpf/arch/ib.h) decides nothing: every packet, towards a host or a switch, is
+@pytest.mark.parametrize("spec", ["ib:1500", "hybrid-hold:2"])
+def test_held_architectures_hold_every_packet_for_their_voq_qdisc(pin_dir, spec):
+    """ib (ebpf/arch/ib.h) and hybrid-hold (ebpf/arch/hybrid_hold.h) decide nothing: every packet, towards a host or a switch, is
     handed to the port's voq qdisc (kernel/sch_voq.c) with what it reads (kernel/voq.h):
     verdict OK, cb[0] = OPTSW_HOLD, cb[1] = the input port as the ingress program left it,
     skb->tstamp = a (its intended arrival here; in test mode the injected time). Each is
@@ -454,7 +456,7 @@ def test_ib_holds_every_packet_for_its_voq_qdisc(pin_dir):
     trace = sorted((rng.randrange(10**6, 10**9), rng.choice((64, 1514, 9064)), rng.randrange(n_a),
                     rng.randrange(n_a)) for _ in range(200))
     bpf.optswitch_load(pin_dir)
-    maps.configure_node(pin_dir, 3, REGISTRY.parse("ib:1500", n_a), ports)
+    maps.configure_node(pin_dir, 3, REGISTRY.parse(spec, n_a), ports)
     hook = pin_dir / "maps" / "optsw_hook"
     batch = bpf.Batch().load(bpf.object_path(bpf.OPTSWITCH), pin_dir,
                              rodata=bpf._optsw_rodata(3, is_switch=True, test_mode=True))

@@ -38,6 +38,13 @@ mirror's on the same arrivals and the slots derived from ramsim's outcomes
 output congested, and its ring shows qmin > 0 in exactly the intervals the mirror
 predicts (an uncongested output's stays 0). A change of any other option is refused.
 
+E1's hybrid switch realised by holding (``hybrid-hold:N_E``, the same qdisc's hybrid
+scheduler; docs/hybrid-holding.md): the same runs with s1 reconfigured, against the
+paper's switch (testbed/optical/eventsim.py, n_a = 6 azimuths) and the mirror
+testbed.optical.hybridsched: every datagram's fate and receive time, the counters, the
+fullest buffer (frame bytes); the paper's five packets with n_e = 2: one cut through,
+two buffered, two dropped.
+
 The measured receive lateness is printed (``VOQ_MEASURED``, shown with ``pytest -s``).
 
     testbed guest -- .venv/bin/python -m pytest -q -s tests/guest/test_voq.py
@@ -66,7 +73,7 @@ from testbed import hostclock, setns
 from testbed.cc.modules import KERNEL_DIR
 from testbed.ledger import Ledger
 from testbed.net import Emulation
-from testbed.optical import ibsched, layout, maps, ramsim, voq
+from testbed.optical import eventsim, hybridsched, ibsched, layout, maps, ramsim, voq
 from testbed.optical.architectures import parse
 from topologies.optical import OpticalStar
 
@@ -175,11 +182,21 @@ def intended_arrivals(sent: list[Sent], last_dep: dict[int, int], ps: int, prop:
 
 
 def reference(sent: list[Sent], arrival: dict[tuple[int, int], int], port_of: dict[int, int], n_ports: int,
-              b: int, ps: int) -> tuple[list[ramsim.Packet], list[ramsim.Outcome]]:
-    """ramsim's IB node (rr, shared: ib's settings) over ``sent`` (same order)."""
+              config: ibsched.IbConfig | hybridsched.HybridConfig, ps: int) -> tuple[list, list]:
+    """The paper's node over ``sent`` (same order): ramsim's IB node (rr, shared: ib's
+    settings) for an IbConfig, eventsim's hybrid switch for a HybridConfig (its packets
+    listed by arrival, then input: the node's order of one instant)."""
+    if isinstance(config, hybridsched.HybridConfig):
+        pk = [eventsim.Packet(arrival[(x.src, x.seq)], x.frame, port_of[x.src], port_of[x.dst]) for x in sent]
+        order = sorted(range(len(pk)), key=lambda k: (pk[k].arrival_ns, pk[k].in_port))
+        out = eventsim.simulate([pk[k] for k in order], "hybrid", config.n_e, n_ports, ps)
+        ref: list = [None] * len(pk)
+        for j, k in enumerate(order):
+            ref[k] = out[j]
+        return pk, ref
     pk = [ramsim.Packet(arrival[(x.src, x.seq)], x.frame - 14, port_of[x.src], port_of[x.dst], wire_bytes=x.frame)
           for x in sent]
-    return pk, ramsim.simulate(pk, "IB", n_ports, b, ps, scheduler="rr", voq_split="shared")
+    return pk, ramsim.simulate(pk, "IB", n_ports, config.buffer_bytes, ps, scheduler="rr", voq_split="shared")
 
 
 def _host_states(fab) -> dict[str, dict]:
@@ -232,7 +249,7 @@ def run(emu, spec: str, sent: list[Sent], name: str, xcp_interval_ns: int = 0) -
         hosts = _host_states(fab)
         last_dep = {HOSTS.index(h): st["last_dep_ns"] for h, st in hosts.items()}
         arrival = intended_arrivals(sent, last_dep, ps, prop)
-        pk, ref = reference(sent, arrival, port_of, len(HOSTS), s1.options.config.buffer_bytes, ps)
+        pk, ref = reference(sent, arrival, port_of, len(HOSTS), s1.options.config, ps)
         forwarded = sum(o.kind != "dropped" for o in ref)
         got = _receive(rx, forwarded, timeout_s=30 + 2 * span_ns / 1e9)
         deadline = hostclock.Deadline(30)
@@ -257,8 +274,9 @@ def run(emu, spec: str, sent: list[Sent], name: str, xcp_interval_ns: int = 0) -
             assert sched[i][j] - offset + SCHED_MARGIN_NS <= d0 + sum(taus[:j]), \
                 f"{h}'s datagram {j} reached its NIC after the previous one had left: the run is not back to back"
     # the mirror of the qdisc's algorithm is the reference on these arrivals
-    arrivals = [ibsched.Arrival(p.arrival_ns, p.wire_bytes, p.in_port, p.out_port) for p in pk]
-    mirror, mc = ibsched.run(arrivals, opts.config)
+    hybrid = isinstance(opts.config, hybridsched.HybridConfig)
+    arrivals = [ibsched.Arrival(p.arrival_ns, p.length if hybrid else p.wire_bytes, p.in_port, p.out_port) for p in pk]
+    mirror, mc = hybridsched.run(arrivals, opts.config) if hybrid else ibsched.run(arrivals, opts.config)
     assert [(d.kind, d.departure_ns) for d in mirror] == [(o.kind, o.departure_ns) for o in ref]
     if xcp_interval_ns:                           # the mirror's rings are the paper node's
         assert mc.xcp == ring_slots(pk, ref, backlogs(pk, ref, ps), opts.config.xcp_epoch_ns, xcp_interval_ns)
@@ -279,7 +297,11 @@ def run(emu, spec: str, sent: list[Sent], name: str, xcp_interval_ns: int = 0) -
             assert hosts[h]["last_rx_stamp_ns"] == want[order[-1]][1], f"{h}: last stamp {hosts[h]}"
 
     # counters: per output and per input, in the qdiscs and in the fabric's rows
-    in_max, node_max = ramsim.occupancy_maxima(pk, ref, "IB", len(HOSTS))
+    if hybrid:    # frame bytes waiting from arrival to departure: the paper's switch's fullest buffer
+        in_max, node_max = mc.in_max_bytes, eventsim.stats(pk, ref, ps).max_waiting_bytes
+        assert mc.max_node_bytes == node_max
+    else:
+        in_max, node_max = ramsim.occupancy_maxima(pk, ref, "IB", len(HOSTS))
     for p, dev in enumerate(s1.devs):
         q = states[dev]
         kinds = [o.kind for x, o in zip(pk, ref) if x.out_port == p]
@@ -308,11 +330,12 @@ def run(emu, spec: str, sent: list[Sent], name: str, xcp_interval_ns: int = 0) -
 
 
 # -- tests ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("spec,expect", [("ib:1500", (1, 4, 0)), ("ib:0", (1, 0, 4))])
+@pytest.mark.parametrize("spec,expect", [("ib:1500", (1, 4, 0)), ("ib:0", (1, 0, 4)), ("hybrid-hold:2", (1, 2, 2))])
 def test_the_papers_five_packets(star, spec, expect):
     """Five full-size packets for h0 at once (one per sender, III-B-2): with one packet of
     input buffer, one cuts through and the four others wait at their inputs and leave
-    one tau apart; without buffer four are dropped."""
+    one tau apart; without buffer four are dropped. The hybrid switch with two buffer
+    ports: one cuts through, two take the buffer inputs, two find none."""
     sent = [Sent(i, 0, 0, PAYLOAD[1] + HEADERS) for i in range(1, 6)]
     s = run(star, spec, sent, f"paper-{spec}")
     assert (s["cut"], s["buffered"], s["dropped"]) == expect
@@ -326,6 +349,16 @@ def test_random_traces_equal_the_paper_node(star, spec, seed):
     s = run(star, spec, _plan(seed, 20), f"random-{spec}-{seed}")
     assert s["cut"] >= 5 and (spec == "ib:0" or s["buffered"] >= 50)
     assert spec not in ("ib:0", "ib:1500") or s["dropped"] >= 20
+
+
+@pytest.mark.parametrize("spec,seed", [("hybrid-hold:1", 5), ("hybrid-hold:2", 6), ("hybrid-hold:6", 7),
+                                       ("hybrid-hold:0", 8)])
+def test_random_traces_equal_the_papers_hybrid_switch(star, spec, seed):
+    """E1's hybrid switch by holding: every host sends 20 datagrams back to back to random
+    hosts; fates, receive times and counters are the paper's switch's (eventsim)."""
+    s = run(star, spec, _plan(seed, 20), f"random-{spec}-{seed}")
+    assert s["cut"] >= 5 and s["dropped"] >= (1 if spec == "hybrid-hold:6" else 10)
+    assert spec == "hybrid-hold:0" or s["buffered"] >= 10
 
 
 def test_bad_options_are_refused_and_the_node_is_shared(star):

@@ -22,12 +22,14 @@
 #include <errno.h>
 #include <assert.h>
 
-typedef uint8_t u8; typedef uint16_t u16; typedef uint32_t u32; typedef uint64_t u64; typedef int64_t s64;
+typedef uint8_t u8; typedef uint16_t u16; typedef uint32_t u32; typedef uint64_t u64; typedef int32_t s32; typedef int64_t s64;
 typedef uint8_t __u8; typedef uint16_t __u16; typedef uint32_t __u32; typedef uint64_t __u64;
 typedef s64 ktime_t;
 #define U64_MAX UINT64_MAX
+#define U32_MAX UINT32_MAX
 #define BIT_ULL(n) (1ULL << (n))
 #define min(a, b) ((a) < (b) ? (a) : (b))
+#define min3(a, b, c) min(min(a, b), c)
 #define min_t(t, a, b) ((t)(a) < (t)(b) ? (t)(a) : (t)(b))
 #define max_t(t, a, b) ((t)(a) > (t)(b) ? (t)(a) : (t)(b))
 #define unlikely(x) (x)

@@ -157,12 +157,15 @@ def test_each_architecture_has_its_reference_model():
     assert parse("hybrid:3").reference(ports).n_e == 3  # type: ignore[attr-defined]
     oracles = {a.name: a.oracle for a in REGISTRY if a.reference is None}
     assert oracles == {"obs-edge": "testbed.optical.burst", "obs-core": "testbed.optical.burstloss",
-                       "ib": "testbed.optical.ramsim", "xcp-edge": "testbed.xcpsim"}
+                       "ib": "testbed.optical.ramsim", "xcp-edge": "testbed.xcpsim",
+                       "hybrid-hold": "testbed.optical.eventsim"}
     for name, module in oracles.items():
         if name == "obs-edge":  # burstloss.py is the bpf helper's, maybe not there yet
             assert hasattr(importlib.import_module(module), "assemble")
         if name == "ib":  # the paper's node, input buffering among its architectures
             assert "IB" in importlib.import_module(module).ARCHITECTURES
+        if name == "hybrid-hold":  # the paper's switch itself, written from the paper
+            assert "hybrid" in importlib.import_module(module).MODELS
         if name == "xcp-edge":  # the closed loop with its leaky-bucket pacers
             assert hasattr(importlib.import_module(module), "dumbbell")
         arch = REGISTRY.get(name, role=None)

@@ -20,7 +20,7 @@ import pytest
 
 from testbed.errors import DefinitionError
 from testbed.families import e1_fattree, e5_optram
-from testbed.optical import fabric, hostnic, ibsched, layout, mechanisms, obsburst, qdiscnl, voq
+from testbed.optical import fabric, hostnic, hybridsched, ibsched, layout, mechanisms, obsburst, qdiscnl, voq
 from testbed.optical.architectures import REGISTRY, parse
 from testbed.optical.mechanisms import NodeContext
 
@@ -70,7 +70,7 @@ int main(void)
 	M(tc_voq_qopt, version); M(tc_voq_qopt, node_id); M(tc_voq_qopt, n_ports); M(tc_voq_qopt, port);
 	M(tc_voq_qopt, scheduler); M(tc_voq_qopt, voq_split); M(tc_voq_qopt, flags); M(tc_voq_qopt, limit);
 	M(tc_voq_qopt, buffer_bytes); M(tc_voq_qopt, lookahead_ns); M(tc_voq_qopt, ps_per_byte); M(tc_voq_qopt, prop_ns);
-	M(tc_voq_qopt, xcp_epoch_ns); M(tc_voq_qopt, xcp_interval_ns);
+	M(tc_voq_qopt, xcp_epoch_ns); M(tc_voq_qopt, xcp_interval_ns); M(tc_voq_qopt, n_e); M(tc_voq_qopt, reserved);
 	first = 0;
 	printf("}, \"port\": {");
 	M(tc_voq_port_stats, arrivals); M(tc_voq_port_stats, cut); M(tc_voq_port_stats, buffered);
@@ -95,11 +95,11 @@ int main(void)
 	printf("}, \"sizes\": {\"qopt\": %zu, \"xstats\": %zu, \"xcp_slot\": %zu}, ", sizeof(struct tc_voq_qopt),
 	       sizeof(struct tc_voq_xstats), sizeof(struct tc_voq_xcp_slot));
 	printf("\"defines\": {\"VOQ_VERSION\": %d, \"VOQ_MAX_PORTS\": %d, \"VOQ_LATE_BUCKETS\": %d, "
-	       "\"VOQ_SCHED_RR\": %d, \"VOQ_SCHED_ISLIP\": %d, \"VOQ_SPLIT_SHARED\": %d, \"VOQ_SPLIT_STATIC\": %d, "
+	       "\"VOQ_SCHED_RR\": %d, \"VOQ_SCHED_ISLIP\": %d, \"VOQ_SCHED_HYBRID\": %d, \"VOQ_SPLIT_SHARED\": %d, \"VOQ_SPLIT_STATIC\": %d, "
 	       "\"VOQ_F_PEER_HOST\": %d, \"VOQ_CB_DECISION\": %d, \"VOQ_CB_IN_PORT\": %d, \"VOQ_OPTSW_HOLD\": %d, "
 	       "\"VOQ_ETH_HLEN\": %d, \"VOQ_LIMIT_MAX\": %llu, \"VOQ_BUFFER_MAX\": %llu, \"VOQ_TIME_MAX\": %llu, "
 	       "\"VOQ_PS_PER_BYTE_MAX\": %llu, \"VOQ_XCP_SLOTS\": %d, \"VOQ_XCP_NONE\": %llu}}\n",
-	       VOQ_VERSION, VOQ_MAX_PORTS, VOQ_LATE_BUCKETS, VOQ_SCHED_RR, VOQ_SCHED_ISLIP, VOQ_SPLIT_SHARED,
+	       VOQ_VERSION, VOQ_MAX_PORTS, VOQ_LATE_BUCKETS, VOQ_SCHED_RR, VOQ_SCHED_ISLIP, VOQ_SCHED_HYBRID, VOQ_SPLIT_SHARED,
 	       VOQ_SPLIT_STATIC, VOQ_F_PEER_HOST, VOQ_CB_DECISION, VOQ_CB_IN_PORT, VOQ_OPTSW_HOLD, VOQ_ETH_HLEN,
 	       (unsigned long long)VOQ_LIMIT_MAX, (unsigned long long)VOQ_BUFFER_MAX,
 	       (unsigned long long)VOQ_TIME_MAX, (unsigned long long)VOQ_PS_PER_BYTE_MAX, VOQ_XCP_SLOTS,
@@ -128,6 +128,8 @@ def test_constants_and_bounds_are_the_headers(c_layout):
     assert (voq.VERSION, voq.MAX_PORTS, voq.LATE_BUCKETS, voq.F_PEER_HOST) == (
         d["VOQ_VERSION"], d["VOQ_MAX_PORTS"], d["VOQ_LATE_BUCKETS"], d["VOQ_F_PEER_HOST"])
     assert [ibsched.SCHEDULERS.index(s) for s in ("rr", "islip")] == [d["VOQ_SCHED_RR"], d["VOQ_SCHED_ISLIP"]]
+    assert voq.SCHEDULER_CODES == {"rr": d["VOQ_SCHED_RR"], "islip": d["VOQ_SCHED_ISLIP"],
+                                   "hybrid": d["VOQ_SCHED_HYBRID"]}
     assert [ibsched.VOQ_SPLITS.index(s) for s in ("shared", "static")] == [d["VOQ_SPLIT_SHARED"],
                                                                           d["VOQ_SPLIT_STATIC"]]
     assert (voq.CB_DECISION, voq.CB_IN_PORT, voq.OPTSW_HOLD, voq.ETH_HLEN) == (
@@ -149,14 +151,14 @@ def test_options_pack_member_by_member_as_the_header_lays_them_out(c_layout):
     """Each member holds its own distinct value at its C offset and size."""
     members = c_layout["qopt"]
     assert [m for m, _ in voq.QOPT_MEMBERS] == list(members) == [f for f in voq.Qopt.__dataclass_fields__]
-    assert voq.QOPT_SIZE == c_layout["sizes"]["qopt"] == 80
+    assert voq.QOPT_SIZE == c_layout["sizes"]["qopt"] == 88
     values = {m: (k + 1) * 0x01010101 + (0x1_0000_0000 * (k + 1) if size == 8 else 0)
               for k, (m, (_, size)) in enumerate(members.items())}
     raw = voq.Qopt(**values).pack()
     for m, (off, size) in members.items():
         assert int.from_bytes(raw[off:off + size], "little") == values[m], m
     assert voq.Qopt.unpack(raw) == voq.Qopt(**values)
-    with pytest.raises(voq.VoqError, match="voq options are 79 bytes, expected 80"):
+    with pytest.raises(voq.VoqError, match="voq options are 87 bytes, expected 88"):
         voq.Qopt.unpack(raw[:-1])
 
 
@@ -209,8 +211,8 @@ def _config(**over) -> ibsched.IbConfig:
 
 def test_qopt_of_each_port():
     opts = voq.VoqOptions(7, _config(scheduler="islip", voq_split="static"), limit=99)
-    assert opts.qopt(0) == voq.Qopt(2, 7, 2, 0, 1, 1, voq.F_PEER_HOST, 99, 1500, 1_000_000, PS_20, 2_000_000, 0, 0)
-    assert opts.qopt(1) == voq.Qopt(2, 7, 2, 1, 1, 1, 0, 99, 1500, 1_000_000, PS_20, 14_000_000, 0, 0)
+    assert opts.qopt(0) == voq.Qopt(voq.VERSION, 7, 2, 0, 1, 1, voq.F_PEER_HOST, 99, 1500, 1_000_000, PS_20, 2_000_000, 0, 0)
+    assert opts.qopt(1) == voq.Qopt(voq.VERSION, 7, 2, 1, 1, 1, 0, 99, 1500, 1_000_000, PS_20, 14_000_000, 0, 0)
     # the XCP ring's E and d_e, given to every port (all of the node's outputs are XCP's)
     x = opts.with_xcp(123_456_789, 1_000_000_000)
     assert [x.qopt(p) for p in (0, 1)] == [replace(opts.qopt(p), xcp_epoch_ns=123_456_789,
@@ -276,6 +278,39 @@ def test_node_options_errors_name_key_value_and_range(ctx, key, value, accepted)
         parse("ib:1500").options(ctx, key="c3.arch")
     assert (e.value.key, e.value.value) == (key, value)
     assert re.search(accepted, e.value.accepted), e.value.accepted
+
+
+# ---- hybrid-hold: E1's hybrid switch realised by the voq qdisc's hybrid scheduler ----
+
+def test_hybrid_hold_is_registered_as_a_holding_switch_that_e1_accepts():
+    a = parse("hybrid-hold:2")
+    assert (a.name, a.params, a.arch.code, a.arch.bpf, a.arch.oracle) == (
+        "hybrid-hold", {"n_e": 2}, 12, "hybrid_hold", "testbed.optical.eventsim")
+    assert a.arch.realisation.name == mechanisms.HOLDING and a.mechanism is voq.VOQ
+    assert "hybrid-hold" in [x.name for x in e1_fattree.switch_architectures()]
+    assert e1_fattree.parse_switch("hybrid-hold:4@1 s", 4)[0].spec == "hybrid-hold:4"
+    with pytest.raises(DefinitionError, match="hybrid-hold:N_E"):
+        e1_fattree.parse_switch("hybrid-hold:5", 4)
+
+
+def test_hybrid_hold_options_from_the_context():
+    """E1 at D = 10 000, 10 m links: 50 ns x D = 0.5 ms of propagation, 10 Gb/s / D = 1 Mb/s
+    = 8 000 000 ps per byte; M defaults to half the shortest propagation (0.25 ms), at most
+    1 ms; a given lookahead_ns is taken."""
+    ctx = NodeContext(10_000.0, (1e6,) * 4, (True, True, False, False), 9, (500_000,) * 4)
+    opts = parse("hybrid-hold:2").options(ctx, key="s.arch")
+    assert opts == voq.VoqOptions(9, hybridsched.HybridConfig(
+        tuple(ibsched.PortParams(8_000_000, 500_000, k < 2) for k in range(4)), 2, 250_000))
+    q = opts.qopt(1)
+    assert (q.scheduler, q.n_e, q.buffer_bytes, q.voq_split, q.flags, q.reserved) == (2, 2, 0, 0, voq.F_PEER_HOST, 0)
+    far = NodeContext(10_000.0, (1e6,) * 4, (False,) * 4, 9, (5_000_000,) * 4)
+    assert parse("hybrid-hold:2").options(far, key="s.arch").config.lookahead_ns == voq.DEFAULT_LOOKAHEAD_NS
+    given = NodeContext(10_000.0, (1e6,) * 4, (False,) * 4, 9, (500_000,) * 4, 100_000)
+    assert parse("hybrid-hold:0").options(given, key="s.arch").config.lookahead_ns == 100_000
+    with pytest.raises(DefinitionError) as e:
+        parse("hybrid-hold:2").options(NodeContext(10_000.0, (1e6,) * 4, (False,) * 4, 9, (500_000,) * 4, 500_000),
+                                       key="s.arch")
+    assert e.value.key == "s.arch.lookahead_ns" and "below the smallest propagation" in e.value.accepted
 
 
 # ---- the mechanism: voq on every port, held but not re-stamped ----
@@ -461,7 +496,7 @@ def test_read_ports_reads_every_port_of_a_node_from_one_dump(monkeypatch):
         struct.pack_into("<QQQII", app0, voq.XCP_RING_OFFSET + 32 * k, voq.XCP_NONE, 0, voq.XCP_NONE, 0, 0)
         struct.pack_into("<QQQII", app1, voq.XCP_RING_OFFSET + 32 * k, *(
             (5, 3028, 777, 2, 0) if k == 1 else (voq.XCP_NONE, 0, voq.XCP_NONE, 0, 0)))
-    q0, q1 = voq.Qopt(2, 5, 2, 0, 0, 0, 0, 10, 1500, 10**6, 8000, 10**7), voq.Qopt(2, 5, 2, 1, 0, 0, 0, 10, 1500,
+    q0, q1 = voq.Qopt(voq.VERSION, 5, 2, 0, 0, 0, 0, 10, 1500, 10**6, 8000, 10**7), voq.Qopt(voq.VERSION, 5, 2, 1, 0, 0, 0, 10, 1500,
                                                                                   10**6, 8000, 10**7, 10**9, 10**6)
     replies = [(qdiscnl.RTM_NEWQDISC, _qdisc_msg(11, qdiscnl.TC_H_ROOT, "voq", q0.pack(), bytes(app0), 3)),
                (qdiscnl.RTM_NEWQDISC, _qdisc_msg(12, 0x10001, "voq", b"", b"", 0)),       # not the root: skipped

@@ -2,7 +2,9 @@
 against stand-ins for the kernel API (tests/kshim/kshim.h, tests/kshim/voq_harness.c) and
 driven in real time as the kernel would drive it (enqueue then the qdisc's dequeue, the
 node's timer, the members' watchdogs, kicked qdiscs run until none is left), against the
-Python mirror testbed.optical.ibsched and the paper's node testbed.optical.ramsim: per
+Python mirror testbed.optical.ibsched and the paper's node testbed.optical.ramsim (the
+``hybrid`` scheduler, E1's switch: the mirror testbed.optical.hybridsched and the paper's
+switch testbed.optical.eventsim): per
 packet (dropped, stamp, release time), every counter, qlen/backlog, lock discipline,
 refusals with their extack messages, reset and delete. The options are packed by
 testbed.optical.voq (the fabric's packer). Deliberate mutations of the C must fail the
@@ -32,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from optical_ram_cases import DATA, PS, ram_trace
-from testbed.optical import ibsched, ramsim, voq
+from testbed.optical import eventsim, hybridsched, ibsched, ramsim, traces, voq
 from voq_xcp_reference import backlogs, ring_slots
 
 REPO = Path(__file__).resolve().parents[2]
@@ -86,7 +88,8 @@ class Kernel:
     """One node of N voq qdiscs in namespace 0 of the harness ``lib``, driven in real
     time like the kernel does."""
 
-    def __init__(self, lib: Path, cfg: ibsched.IbConfig, node_id: int = 7, limit: int = 10**6):
+    def __init__(self, lib: Path, cfg: ibsched.IbConfig | hybridsched.HybridConfig, node_id: int = 7,
+                 limit: int = 10**6):
         self.lib = ctypes.CDLL(str(lib))
         self.lib.h_enqueue.argtypes = [ctypes.c_int, ctypes.c_int, U64, ctypes.c_uint32, ctypes.c_uint32,
                                        ctypes.c_uint32, U64]
@@ -188,13 +191,15 @@ class Kernel:
         return voq.unpack_xcp_ring(buf.raw[:size])
 
 
-def compare(lib: Path, arrivals, cfg: ibsched.IbConfig) -> tuple[list[ibsched.Decision], ibsched.Counters]:
-    """Run ``arrivals`` through the C and through ibsched: every packet (dropped, or its
+def compare(lib: Path, arrivals, cfg: ibsched.IbConfig | hybridsched.HybridConfig
+            ) -> tuple[list[ibsched.Decision], ibsched.Counters]:
+    """Run ``arrivals`` through the C and through its mirror (ibsched, or hybridsched for a
+    HybridConfig): every packet (dropped, or its
     release time and stamp), every counter, qlen and backlog 0 at the end, no lock
     discipline error, and the node gone with its last member. AssertionError if not."""
     kern = Kernel(lib, cfg)
     kern.drive(arrivals)
-    dec, c = ibsched.run(arrivals, cfg)
+    dec, c = hybridsched.run(arrivals, cfg) if isinstance(cfg, hybridsched.HybridConfig) else ibsched.run(arrivals, cfg)
     for k, d in enumerate(dec):
         if d.kind == "dropped":
             assert k in kern.dropped and k not in kern.released, k
@@ -405,13 +410,55 @@ MUTATIONS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(MUTATIONS))
-def test_a_mutated_qdisc_fails_the_comparison(tmp_path, name):
-    old, new = MUTATIONS[name]
+#: deliberate mutations of the hybrid scheduler: each must make the comparison with the
+#: paper's switch fail
+HYBRID_MUTATIONS = {
+    "a buffer input released at t is free for an arrival at t (no residual loss)": (
+        "\t\tif (n->bin_free[k] < t)\n", "\t\tif (n->bin_free[k] <= t)\n"),
+    "joins before the arrivals of their instant": (
+        "\tfor (k = 0; k < n->n_ports; k++)\n\t\twhile (n->pend[k].head && voq_time(n->pend[k].head) == t)\n"
+        "\t\t\tvoq_hybrid_arrive(n, voq_pop(&n->pend[k]), t, now, touched);\n\tif (voq_hybrid_join(n, t))\n"
+        "\t\tvoq_hybrid_dispatch(n, t, now, touched);",
+        "\tif (voq_hybrid_join(n, t))\n\t\tvoq_hybrid_dispatch(n, t, now, touched);\n"
+        "\tfor (k = 0; k < n->n_ports; k++)\n\t\twhile (n->pend[k].head && voq_time(n->pend[k].head) == t)\n"
+        "\t\t\tvoq_hybrid_arrive(n, voq_pop(&n->pend[k]), t, now, touched);"),
+    "no dispatch before the arrivals (waiting heads lose released outputs to arrivals)": (
+        "\tvoq_hybrid_dispatch(n, t, now, touched);\n\tfor (k = 0;", "\tfor (k = 0;"),
+    "heads served in output order, not join order": (
+        "(best == U32_MAX || voq_before(voq_cb(skb)->order, voq_cb(voq_hq(n, best)->head)->order)))",
+        "best == U32_MAX)"),
+    "a buffered packet leaves without a buffer output": (
+        "\t\tif (k == n->n_e)\n\t\t\treturn;\t\t/* every buffer output is emitting */",
+        "\t\tif (k == n->n_e)\n\t\t\tk = 0;"),
+}
+
+
+def _mutant(tmp_path: Path, old: str, new: str, name: str) -> Build:
+    """kernel/sch_voq.c with ``old`` (there once) replaced by ``new``, built."""
     src = (KERNEL / "sch_voq.c").read_text()
     assert src.count(old) == 1, f"mutation {name!r}: its line is not in kernel/sch_voq.c once"
     (tmp_path / "sch_voq.c").write_text(src.replace(old, new))
-    mutant = build(tmp_path / "libmutant.so", tmp_path)
+    return build(tmp_path / "libmutant.so", tmp_path)
+
+
+@pytest.mark.parametrize("name", sorted(HYBRID_MUTATIONS))
+def test_a_mutated_hybrid_scheduler_fails_the_comparison(tmp_path, name):
+    mutant = _mutant(tmp_path, *HYBRID_MUTATIONS[name], name)
+    rng = random.Random(5)
+    pk, arr = _e1_arrivals(7, 2000, 4, 1.2, [rng.randrange(E1_M) for _ in range(2000)])
+    cfg = hybridsched.HybridConfig(_e1_ports(4), 2, E1_M)
+    kern = Kernel(mutant.lib, cfg)
+    kern.drive(arr)
+    mirror, _ = hybridsched.run(arr, cfg)       # (the paper's switch: test_hybrid_c_equals_mirror_...)
+    assert [d.kind for d in mirror] == [o.kind for o in eventsim.simulate(pk, "hybrid", 2, 4, E1_PS)]
+    got = {k: stamp for k, (_, stamp) in kern.released.items()}
+    want = {k: d.stamp_ns for k, d in enumerate(mirror) if d.kind != "dropped"}
+    assert (got, kern.dropped) != (want, {k for k, d in enumerate(mirror) if d.kind == "dropped"})
+
+
+@pytest.mark.parametrize("name", sorted(MUTATIONS))
+def test_a_mutated_qdisc_fails_the_comparison(tmp_path, name):
+    mutant = _mutant(tmp_path, *MUTATIONS[name], name)
     rng = random.Random(3)
     trace = ram_trace(21, 1500, 4, 0.9)
     late = [rng.randrange(M) for _ in trace]          # below M: exact for the real qdisc
@@ -451,3 +498,114 @@ def test_xcp_ring_change_restarts_it_and_refuses_other_options(harness):
     for o in range(3):
         kern.lib.h_del(o)
     assert kern.lib.h_lock_errors() == 0
+
+
+# ---- the hybrid scheduler: E1's switch (docs/hybrid-holding.md) ----
+
+#: E1's 10 Gb/s (tau of a 9064 B frame = 7251 ns) and a lookahead of ~7 tau
+E1_PS = 800
+E1_M = 50_000
+
+
+def _e1_arrivals(seed: int, n: int, n_a: int, load: float, late=None) -> tuple[list[eventsim.Packet],
+                                                                             list[ibsched.Arrival]]:
+    """An E1-like trace (data frames and ACK-sized ones) 1 s on, and its arrivals reaching
+    the qdisc ``late[k]`` ns after their instant (None: on time)."""
+    pk = [eventsim.Packet(p.arrival_ns + 10**9, p.length, p.in_port, p.out_port) for p in
+          traces.e1_like_trace(random.Random(seed), n, n_a, load, E1_PS, lengths=(9064, 9064, 1514, 66))]
+    return pk, [ibsched.Arrival(p.arrival_ns, p.length, p.in_port, p.out_port,
+                                None if late is None else p.arrival_ns + late[k]) for k, p in enumerate(pk)]
+
+
+def _e1_ports(n_a: int) -> tuple[ibsched.PortParams, ...]:
+    """Ports of mixed propagation around M (2 M, none, M towards a host, 10 M, ...)."""
+    kinds = ((2 * E1_M, False), (0, False), (E1_M, True), (10 * E1_M, False))
+    return tuple(ibsched.PortParams(E1_PS, *kinds[k % 4]) for k in range(n_a))
+
+
+@pytest.mark.parametrize("n_a,n_e", [(4, 0), (4, 1), (4, 2), (4, 4), (8, 2), (8, 8)])
+@pytest.mark.parametrize("load", [0.6, 1.2])
+def test_hybrid_c_equals_mirror_and_the_papers_switch(harness, n_a, n_e, load):
+    """Every packet's fate and departure is eventsim's (the paper's switch), its stamp and
+    release the mirror's; the fullest buffer is eventsim's (frame bytes)."""
+    pk, arr = _e1_arrivals(n_a * 10 + n_e, 2500, n_a, load)
+    cfg = hybridsched.HybridConfig(_e1_ports(n_a), n_e, E1_M)
+    dec, c = compare(harness.lib, arr, cfg)
+    paper = eventsim.simulate(pk, "hybrid", n_e, n_a, E1_PS)
+    assert [(d.kind, d.departure_ns) for d in dec] == [(o.kind, o.departure_ns) for o in paper]
+    assert c.max_node_bytes == eventsim.stats(pk, paper, E1_PS).max_waiting_bytes
+    # drops at every n_e (at n_e = n_a the residual loss of section IV), buffering when n_e > 0
+    assert sum(c.dropped) > (0 if n_e == n_a else 20) and (n_e == 0 or sum(c.buffered) > 100)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_hybrid_c_equals_mirror_with_lateness_and_spikes(harness, seed):
+    """Lateness below M: still eventsim's switch. 2 % late by up to 30 M: late decisions,
+    counted, the C still the mirror."""
+    rng = random.Random(seed)
+    on_time = [rng.randrange(E1_M) for _ in range(2000)]
+    pk, arr = _e1_arrivals(100 + seed, 2000, 4, 0.9, on_time)
+    cfg = hybridsched.HybridConfig(_e1_ports(4), 1 + seed % 4, E1_M)
+    dec, c = compare(harness.lib, arr, cfg)
+    assert sum(c.late) == 0
+    assert [(d.kind, d.departure_ns) for d in dec] == [
+        (o.kind, o.departure_ns) for o in eventsim.simulate(pk, "hybrid", cfg.n_e, 4, E1_PS)]
+    spikes = [rng.randrange(E1_M, 30 * E1_M) if rng.random() < 0.02 else x for x in on_time]
+    _, arr = _e1_arrivals(100 + seed, 2000, 4, 0.9, spikes)
+    _, c = compare(harness.lib, arr, cfg)
+    assert sum(c.late) > 0
+
+
+def test_hybrid_refusals(harness):
+    cfg = hybridsched.HybridConfig.uniform(3, E1_PS, 2, 1000)
+    kern = Kernel(harness.lib, cfg, node_id=11)
+
+    def raw(**over) -> bytes:
+        q = dict(version=voq.VERSION, node_id=12, n_ports=3, port=1, scheduler=voq.SCHEDULER_CODES["hybrid"],
+                 voq_split=0, flags=0, limit=100, buffer_bytes=0, lookahead_ns=1000, ps_per_byte=E1_PS, prop_ns=0,
+                 n_e=2)
+        q.update(over)
+        return voq.Qopt(**q).pack()
+
+    assert kern.add(0, 1, raw(node_id=11, n_e=1))[1].startswith("this node's other ports have other n_ports")
+    assert kern.add(0, 1, raw(n_e=4)) == (-22, "n_e must be 0..n_ports (hybrid)")
+    for over in ({"buffer_bytes": 1500}, {"voq_split": 1}, {"xcp_interval_ns": 10**6}):
+        assert kern.add(0, 1, raw(**over)) == (-22, "hybrid takes buffer_bytes 0 (unlimited), voq_split 0 and no "
+                                                    "XCP ring"), over
+    assert kern.add(0, 1, raw(scheduler=0, buffer_bytes=1500)) == (
+        -22, "n_e must be 0 unless the scheduler is 2 (hybrid)")
+    assert kern.add(0, 1, raw(reserved=1)) == (-22, "reserved must be 0")
+    assert kern.add(0, 1, raw(scheduler=3)) == (-22, "scheduler must be 0 (rr), 1 (islip) or 2 (hybrid)")
+    for o in range(3):
+        kern.lib.h_del(o)
+    assert kern.lib.h_nodes() == kern.nodes_before and kern.lib.h_lock_errors() == 0
+    with pytest.raises(voq.VoqError, match="no XCP ring"):
+        voq.VoqOptions(11, cfg).with_xcp(10**9, 10**6)
+
+
+def test_hybrid_reset_purges_converting_and_queued_packets(harness):
+    """Output 2's converting (OE) and queued packets go with its qdisc: the node's
+    waiting packets and bytes drop accordingly; the other outputs carry on."""
+    m, tau = 10_000, 9064 * E1_PS // 1000
+    cfg = hybridsched.HybridConfig.uniform(3, E1_PS, 2, m, prop_ns=5 * m)
+    kern = Kernel(harness.lib, cfg)
+    t0 = 10**9
+    # t0: input 0 cuts through to 2, input 1 converts for 2, input 2 cuts through to 1; t0 + 10: input 0
+    # converts for 1
+    for k, (i, o, a) in enumerate([(0, 2, t0), (1, 2, t0), (2, 1, t0), (0, 1, t0 + 10)]):
+        kern.lib.h_enqueue(o, k, a, 9064, HOLD, i, t0)
+    kern.lib.h_fire(0, t0 + 10 + m)      # decides t0 and t0 + 10: 2 cut, 2 converting (for 2 and for 1)
+    kern.settle(t0 + 10 + m)
+    p2, nd = kern.stats(2)
+    assert (p2.cut, p2.buffered, nd.waiting, kern.stats(1)[0].buffered) == (1, 1, 2, 1)
+    assert kern.stats(1)[0].in_bytes == 9064 and nd.max_node_bytes == 2 * 9064
+    kern.lib.h_reset(2)
+    _, nd = kern.stats(2)
+    assert (nd.waiting, kern.stats(1)[0].in_bytes, kern.lib.h_qlen(2), kern.lib.h_backlog(2)) == (1, 0, 0, 0)
+    kern.lib.h_fire(0, t0 + tau + 10 + m)
+    kern.settle(t0 + tau + 10 + m)
+    assert kern.stats(0)[0].in_bytes == 0 and kern.stats(2)[0].in_bytes == 0
+    kern.drive([])
+    for o in range(3):
+        kern.lib.h_del(o)
+    assert kern.lib.h_nodes() == kern.nodes_before and kern.lib.h_lock_errors() == 0
