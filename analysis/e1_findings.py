@@ -39,6 +39,13 @@ comparison over hybrid switches, never into a verdict: with n_e < k the model dr
 favours hybrid (F1a, F1c) the gap works against it; where both sides run over the same
 kind of hybrid (F2, F3, F4c.3) its direction is not known; for F5 the side column says
 whether the verdict survives the occupancy the model may miss.
+
+**The holding realisation** ``hybrid-hold:N`` (the paper's switch exactly:
+docs/hybrid-holding.md) gives every finding over hybrid switches a second number when
+the run has it: the same finding evaluated with ``hybrid-hold:N`` rows in place of
+``hybrid:N`` (same seeds, loads and lengths), its verdict and estimate [95 % interval]
+in the side column (``holding realisation: ...``). The verdict itself stays the port
+model's, so that runs with and without holding points read alike.
 """
 
 from __future__ import annotations
@@ -49,7 +56,7 @@ from dataclasses import replace
 
 import pandas as pd
 
-from analysis.findings import MARGIN, Finding, against, all_of, compare, not_measured
+from analysis.findings import MARGIN, NOT_MEASURED, Finding, against, all_of, compare, not_measured
 
 #: the paper's initial RTO (s): the condition of its Figs. 4/5 curves but "electronic, RTO 1 s"
 PAPER_RTO_S = 1e-3
@@ -82,10 +89,53 @@ def _name(cca: str) -> str:
     return NAMES.get(cca, cca.upper())
 
 
+#: the architecture of the holding realisation of the hybrid switch, as analysis.e1 parses
+#: its spec (its whole spec, e.g. "hybrid-hold:2")
+HOLD_ARCH = "hybrid-hold"
+#: the findings over hybrid switches (their ids start with these)
+HYBRID_FINDINGS = ("F1a", "F1c", "F2", "F3a", "F3b", "F4b", "F4c.3", "F5")
+
+
 def evaluate(s: pd.DataFrame) -> list[Finding]:
-    """Every E1 finding on the configured summary ``s`` (see the module docstring).
+    """Every E1 finding on the configured summary ``s`` (see the module docstring), with
+    the holding realisation's second number beside the hybrid ones when ``s`` has
+    ``hybrid-hold:N`` rows.
 
     Raises KeyError when ``s`` lacks the configuration columns of ``analysis.e1.configs``."""
+    out = _evaluate(s)
+    held = _as_hybrid(s)
+    if held is None:
+        return out
+    second = {f.id: f for f in _evaluate(held)}
+    return [replace(f, side=_join(f.side, _holding_note(second[f.id])))
+            if f.id.startswith(HYBRID_FINDINGS) and f.id in second else f for f in out]
+
+
+def _as_hybrid(s: pd.DataFrame) -> pd.DataFrame | None:
+    """``s`` with its ``hybrid-hold:N`` rows as ``hybrid`` n_e = N and its ``hybrid``
+    rows left out; None when it has no holding rows."""
+    spec = s["arch"].astype(str)
+    hold = spec.str.startswith(HOLD_ARCH + ":")
+    if not hold.any():
+        return None
+    out = s[(s["arch"] != "hybrid") | hold].copy()
+    h = hold[out.index]
+    out.loc[h, "n_e"] = [int(x.partition(":")[2]) for x in out.loc[h, "arch"]]
+    out.loc[h, "arch"] = "hybrid"
+    return out
+
+
+def _holding_note(f: Finding) -> str:
+    """The holding realisation's verdict on the same finding, with its number."""
+    if f.verdict == NOT_MEASURED:
+        return ""
+    number = "" if math.isnan(f.estimate) else (
+        f" ({f.effect} = {f.estimate:.3g} [{f.lo:.3g}, {f.hi:.3g}]{' ' + f.unit if f.effect == 'a' else ''})")
+    return f"holding realisation (hybrid-hold): {f.verdict}{number}"
+
+
+def _evaluate(s: pd.DataFrame) -> list[Finding]:
+    """Every E1 finding on ``s``, over the rows whose arch is hybrid (the port model)."""
     base = _rows(s, rto=PAPER_RTO_S)
     present = set(s["cca"])
     ccas = list(PAPER_CCAS) + sorted(present - set(PAPER_CCAS))

@@ -183,6 +183,26 @@ def test_the_port_models_gap_is_written_beside_hybrid_findings_never_in_the_verd
     assert full["F1a-saw"].verdict == f["F1a-saw"].verdict and full["F2"].estimate == f["F2"].estimate
 
 
+def test_the_holding_realisation_gives_hybrid_findings_a_second_number():
+    """hybrid-hold:2 rows beside hybrid:2 (same loads): the hybrid findings say what the
+    holding realisation (the paper's switch exactly) gives, the verdict stays the port
+    model's; findings without hybrid switches and runs without holding rows are as before."""
+    data = (rows("saw", "all-optical", {10000: 5, 300000: 10}, offered_load=2.0)
+            + rows("saw", "hybrid:2", {10000: 5, 300000: 21}, offered_load=2.0)
+            + rows("saw", "hybrid-hold:2", {10000: 5, 300000: 9}, offered_load=2.0, max_buffer_bytes=0.3e6)
+            + rows("sawl", "hybrid:2", {300000: 30}, offered_load=2.0))
+    f = by_id(data)
+    assert f["F1a-saw"].verdict == findings.HOLDS and f["F1a-saw"].estimate == pytest.approx(2.1)
+    assert f["F1a-saw"].side == GAP_AGAINST + "; holding realisation (hybrid-hold): does not hold (a / b = 0.9 [" + \
+        f["F1a-saw"].side.split("[")[1]
+    assert f["F5-saw"].verdict == findings.HOLDS     # the port model: 0.1 MB
+    assert f["F5-saw"].side.endswith("holding realisation (hybrid-hold): does not hold (a = 0.3 [0.3, 0.3] MB)")
+    assert "holding realisation" not in f["F2"].side          # no SAWL over hybrid-hold: not measured there
+    assert "holding realisation" not in f["F1b-saw"].side     # all-optical only
+    without = by_id([r for r in data if r["switch"] != "hybrid-hold:2"])
+    assert without["F1a-saw"].side == GAP_AGAINST and without["F1a-saw"].verdict == f["F1a-saw"].verdict
+
+
 def test_buffer_finding_says_whether_it_survives_the_occupancy_the_model_may_miss():
     """F5 at SAW (paper 0.14 MB, bound 0.154 MB): 0.10 MB (upper end ~0.105) holds with
     two 9064 B packets more; 0.14 MB holds too (upper end ~0.147) but not with them; at
