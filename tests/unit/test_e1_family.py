@@ -19,8 +19,8 @@ from testbed.families.e1_fattree import E1FatTree, parse_switch
 from testbed.optical.architectures import parse
 
 REPO = Path(__file__).resolve().parents[2]
-SYNTAX = ("electronic | fifo:MAX_WAIT_NS | all-optical | hybrid:N_E | ob:BUFFER_BYTES | sb:BUFFER_BYTES | "
-          "wcsb:BUFFER_BYTES, optionally followed by @INITIAL_RTO")
+SYNTAX = ("electronic | fifo:MAX_WAIT_NS | all-optical | hybrid:N_E | hybrid-hold:N_E | ob:BUFFER_BYTES | "
+          "sb:BUFFER_BYTES | wcsb:BUFFER_BYTES, optionally followed by @INITIAL_RTO")
 
 
 def values(**over):
@@ -38,6 +38,8 @@ def values(**over):
     ("electronic", 4, "electronic", None),
     ("electronic@1 s", 4, "electronic", 1.0),
     ("hybrid:2@1ms", 4, "hybrid:2", 1e-3),
+    ("hybrid-hold:2", 4, "hybrid-hold:2", None),      # the same switch realised by holding
+    ("hybrid-hold:0@1 s", 4, "hybrid-hold:0", 1.0),
 ])
 def test_the_papers_switch_configurations_parse_to_an_architecture_and_rto(spec, k, arch, rto):
     a, r = parse_switch(spec, k)
@@ -53,7 +55,7 @@ def test_the_papers_switch_configurations_parse_to_an_architecture_and_rto(spec,
     ("hybrid", 4, r" \(hybrid:N_E with N_E .* an integer 1\.\.4 .*\)$"),
     ("all-optical:2", 4, r" \(all-optical with no parameters\)$"),
     ("optical", 4, r"; N_E \(buffer input and output ports\) an integer 1\.\.4 \(at most the node's 4 ports\); "
-                   r"BUFFER_BYTES \(B, optical RAM per output, IP datagram bytes\) an integer 0\.\.1000000000; "),
+                   r"N_E \(buffer input and output ports\) an integer 0\.\.4 \(at most the node's 4 ports\); BUFFER_BYTES \(B, optical RAM per output, IP datagram bytes\) an integer 0\.\.1000000000; "),
     ("ob:-1", 4, r" \(BUFFER_BYTES \(B, optical RAM per output, IP datagram bytes\) an integer 0\.\.1000000000\)$"),
     ("nic", 4, r"; N_E .* an integer 1\.\.4 .*$"),  # a host's architecture, not a switch's
     ("obs-core:0,1", 4, r"; N_E .* an integer 1\.\.4 .*$"),  # E2's core: needs an assembling edge
