@@ -4,8 +4,8 @@ it for the findings subset).
 
 Columns: the folder's name, CCA, switch, link length, load, repetition, throughput
 (Gb/s), failed transfers, retransmissions, of them spurious by DSACK, data segments,
-switch drops, RTO expiries, decisions a holding switch took late (``hybrid-hold``; "-" for
-the others), memory pressures / memory drops / listen drops, skipped
+switch drops, RTO expiries, decisions a holding switch took late and after their stamp (``hybrid-hold``;
+"-" for the others), memory pressures / memory drops / listen drops, skipped
 retransmissions, and the host seconds the point's traffic took (``machine.json``; "-"
 when not recorded). Reads each folder's summary.csv and its points' machine.json only.
 
@@ -26,7 +26,7 @@ import pandas as pd
 #: (summary column, header) of the count columns, in order
 COUNTS = (("flows_failed", "failed"), ("retransmits", "retransmissions"), ("spurious_retransmits", "DSACK"),
           ("data_segments", "data segments"), ("packets_dropped", "drops"), ("loss_events_rto", "RTOs"),
-          ("decisions_late", "late decisions"))
+          ("decisions_late", "late decisions"), ("decided_after_stamp", "after stamp"))
 MEMORY = ("memory_pressures", "memory_drops", "listen_drops")
 USAGE = "usage: python -m analysis.e1_runs DIR [DIR ...]  (E1 results folders)"
 HEADER = ("run", "cca", "switch", "link", "load", "rep", "Gb/s", *(h for _c, h in COUNTS),

@@ -114,6 +114,9 @@ class E1FatTree(FlowFamily):
                "after their instant was decided (lateness beyond its lookahead M: those decisions may differ from "
                "the paper's switch; docs/hybrid-holding.md); empty for switches that decide at arrival",
                since="2026-11-29"),
+        Metric("decided_after_stamp", "count", "packets a holding switch decided after their stamp (the lookahead "
+               "M plus the timer's lag beyond the link's propagation): they left that much late, which the next "
+               "node's lateness counts; empty for switches that decide at arrival", since="2026-11-29"),
         Metric("initial_rto_effective_s", "s", "initial RTO the kernel used (paper time; below the "
                "requested one when x D exceeds TCP_RTO_MAX)"),
         *lossdetect.MEMORY_METRICS,
@@ -360,9 +363,16 @@ def summarise(res: Any, counters: list[dict], ctx: "PointContext", v: dict[str, 
         "max_buffer_bytes": max(node_occ.values(), default=0),
         "lateness_p99_s": lateness_p99 if lateness_p99 is not None else math.nan,
         # holding switches count the packets they decided late (the edt ones decide at arrival)
-        "decisions_late": (sum(int(r["late"]) for r in switch_rows if "late" in r)
-                           if any("late" in r for r in switch_rows) else math.nan),
+        "decisions_late": _held_sum(switch_rows, "late"),
+        "decided_after_stamp": _held_sum(switch_rows, "decided_after_stamp"),
     }
+
+
+def _held_sum(rows: list[dict], col: str) -> float:
+    """The sum of a holding switch's counter ``col`` over the rows that have it (NaN when
+    none has: the switches decide at arrival)."""
+    held = [int(r[col]) for r in rows if col in r]
+    return sum(held) if held else math.nan
 
 
 def loss_columns(tcp: Any) -> dict[str, Any]:

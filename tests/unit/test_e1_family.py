@@ -110,3 +110,27 @@ def test_a_switch_rto_overrides_the_initial_rto_of_the_point():
     assert E1FatTree.point_values(ctx)["initial_rto"].si == 1.0  # type: ignore[arg-type]
     ctx.point.values = values(switch="hybrid:2")
     assert E1FatTree.point_values(ctx)["initial_rto"].si == 1e-3  # type: ignore[arg-type]
+
+
+def _switch_row(node: str, occ: int, **held) -> dict:
+    return {"node": node, "model": "hybrid-hold" if held else "hybrid", "cut_through": 10, "buffered": 5,
+            "dropped": 1, "node_max_occ_bytes": occ, **held}
+
+
+def test_summary_counts_a_holding_switchs_late_decisions_and_none_for_edt_switches(tmp_path):
+    """decisions_late and decided_after_stamp sum the voq counters of every switch port;
+    NaN when the switches decide at arrival (no such counter), never a misleading 0."""
+    from testbed.families.e1_fattree import summarise
+
+    res = SimpleNamespace(flows=[], throughput_bps=1e9)
+    ctx = SimpleNamespace(tdf=TimeDilation(10_000.0), dir=tmp_path)
+    v = values()
+    nic = {"node": "h0", "model": "nic", "cut_through": 7, "buffered": 0, "dropped": 0, "node_max_occ_bytes": 0}
+    held = [nic, _switch_row("e0", 9064, late=2, decided_after_stamp=0),
+            _switch_row("e0", 9064, late=1, decided_after_stamp=3), _switch_row("e1", 18128, late=0,
+                                                                              decided_after_stamp=0)]
+    row = summarise(res, held, ctx, v)  # type: ignore[arg-type]
+    assert (row["decisions_late"], row["decided_after_stamp"], row["max_buffer_bytes"]) == (3, 3, 18128)
+    assert (row["packets_switched"], row["packets_dropped"]) == (48, 3)
+    edt = summarise(res, [nic, _switch_row("e0", 9064)], ctx, v)  # type: ignore[arg-type]
+    assert edt["decisions_late"] != edt["decisions_late"] and edt["decided_after_stamp"] != edt["decided_after_stamp"]

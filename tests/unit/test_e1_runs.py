@@ -24,8 +24,8 @@ def test_one_row_per_run_in_point_order_with_the_host_seconds_where_recorded(tmp
     out = e1_runs.table([folder(tmp_path)]).splitlines()
     assert out[0].startswith("| run | cca | switch |") and len(out) == 4
     assert out[2] == ("| block-x | sack | electronic | 10 m | 20000 /s | 0 | 100.0 | 0 | 5897 | 2321 | 128664 | 0 "
-                      "| 1114 | - | 0/1/2 | 0 | - |")
-    assert out[3].endswith("| 1 | 100.0 | 0 | 5897 | 2321 | 128664 | 0 | 1114 | - | 0/1/2 | 0 | 1234 |")
+                      "| 1114 | - | - | 0/1/2 | 0 | - |")
+    assert out[3].endswith("| 1 | 100.0 | 0 | 5897 | 2321 | 128664 | 0 | 1114 | - | - | 0/1/2 | 0 | 1234 |")
 
 
 def test_a_holding_switch_shows_its_late_decisions(tmp_path):
@@ -35,7 +35,7 @@ def test_a_holding_switch_shows_its_late_decisions(tmp_path):
     s.to_csv(d / "summary.csv", index=False)
     out = e1_runs.table([d]).splitlines()
     assert "| late decisions |" in out[0] and "| hybrid-hold:2 |" in out[2]
-    assert out[2].endswith("| 1114 | 0 | 0/1/2 | 0 | - |") and out[3].endswith("| 1114 | 3 | 0/1/2 | 0 | 1234 |")
+    assert out[2].endswith("| 1114 | 0 | - | 0/1/2 | 0 | - |") and out[3].endswith("| 1114 | 3 | - | 0/1/2 | 0 | 1234 |")
 
 
 def test_a_summary_without_a_column_shows_a_dash(tmp_path):
