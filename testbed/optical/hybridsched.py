@@ -43,10 +43,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from testbed.optical.ibsched import _INF, Arrival, Counters, Decision, IbNode, PortParams, _Pkt, drive
-
-#: most buffer ports of a node (kernel/voq.h VOQ_MAX_PORTS: n_e <= n_a <= 64)
-MAX_PORTS = 64
+from testbed.optical.ibsched import _INF, Arrival, Counters, Decision, IbNode, PortParams, _Pkt, check_ports, drive
 
 
 @dataclass(frozen=True)
@@ -61,11 +58,7 @@ class HybridConfig:
     lookahead_ns: int
 
     def __post_init__(self) -> None:
-        if not 1 <= len(self.ports) <= MAX_PORTS:
-            raise ValueError(f"ports: {len(self.ports)} given; accepted: 1..{MAX_PORTS} ports")
-        for k, p in enumerate(self.ports):
-            if p.ps_per_byte < 1 or p.prop_ns < 0:
-                raise ValueError(f"ports[{k}]={p}: accepted: ps_per_byte >= 1 and prop_ns >= 0")
+        check_ports(self.ports)
         if not 0 <= self.n_e <= len(self.ports):
             raise ValueError(f"n_e={self.n_e}: accepted range is 0 <= n_e <= n_a = {len(self.ports)}")
         if self.lookahead_ns < 1:

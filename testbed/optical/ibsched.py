@@ -68,6 +68,20 @@ class PortParams:
     peer_host: bool = False
 
 
+#: most ports of one node (kernel/voq.h VOQ_MAX_PORTS)
+MAX_PORTS = 64
+
+
+def check_ports(ports: Sequence[PortParams]) -> None:
+    """The ports of a node the voq qdisc can hold: 1..MAX_PORTS of them, each with
+    ps_per_byte >= 1 and prop_ns >= 0. Raises ValueError naming the one out of range."""
+    if not 1 <= len(ports) <= MAX_PORTS:
+        raise ValueError(f"ports: {len(ports)} given; accepted: 1..{MAX_PORTS} ports")
+    for k, p in enumerate(ports):
+        if p.ps_per_byte < 1 or p.prop_ns < 0:
+            raise ValueError(f"ports[{k}]={p}: accepted: ps_per_byte >= 1 and prop_ns >= 0")
+
+
 @dataclass(frozen=True)
 class IbConfig:
     """A node: ``ports`` (one PortParams per port; N = their number), ``buffer_bytes`` B
@@ -86,11 +100,7 @@ class IbConfig:
     xcp_interval_ns: int = 0
 
     def __post_init__(self) -> None:
-        if not 1 <= len(self.ports) <= 64:
-            raise ValueError(f"ports: {len(self.ports)} given; accepted: 1..64 ports")
-        for k, p in enumerate(self.ports):
-            if p.ps_per_byte < 1 or p.prop_ns < 0:
-                raise ValueError(f"ports[{k}]={p}: accepted: ps_per_byte >= 1 and prop_ns >= 0")
+        check_ports(self.ports)
         if self.buffer_bytes < 0:
             raise ValueError(f"buffer_bytes={self.buffer_bytes}: accepted range is buffer_bytes >= 0")
         if self.lookahead_ns < 1:

@@ -141,6 +141,7 @@ def test_constants_and_bounds_are_the_headers(c_layout):
     assert (voq.XCP_SLOTS, voq.XCP_NONE, voq.XCP_INTERVAL_BOUNDS[1]) == (
         d["VOQ_XCP_SLOTS"], d["VOQ_XCP_NONE"], d["VOQ_TIME_MAX"])
     assert (ibsched.XCP_SLOTS, ibsched.XCP_NONE) == (voq.XCP_SLOTS, voq.XCP_NONE)
+    assert ibsched.MAX_PORTS == voq.MAX_PORTS
     # the ring's layout and "none" are the BPF accumulators' (ebpf/optswitch.h)
     assert (voq.XCP_SLOTS, voq.XCP_NONE) == (layout.XCP_SLOTS, layout.XCP_NONE)
     # the registry's B bound is the module's
