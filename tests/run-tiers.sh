@@ -34,7 +34,13 @@ tier() {
   echo "=== tier $name: $((SECONDS - t0)) s ==="
 }
 
-tier unit   "$py" -m pytest -q -p no:cacheprovider --junitxml="$junit/unit.xml" tests/unit
+# The unit tier runs on every core (pytest-xdist, one test file per worker at a time, so a
+# file's module fixtures are built once): it needs no root and nothing it touches is
+# shared, and the other tiers leave a core idle while it runs.
+jobs=$(nproc 2>/dev/null || echo 1)
+unit_par=()
+if [ "$jobs" -gt 1 ]; then unit_par=(-n "$jobs" --dist loadfile); fi
+tier unit   "$py" -m pytest -q -p no:cacheprovider "${unit_par[@]}" --junitxml="$junit/unit.xml" tests/unit
 tier bpf    "$py" -m pytest -q -p no:cacheprovider --junitxml="$junit/bpf.xml" tests/bpf
 tier native "$py" -m pytest -q -p no:cacheprovider --junitxml="$junit/native.xml" tests/native
 # In the guest the BPF and feature-probe tests run again on the distro kernel (one case

@@ -2,7 +2,8 @@
 (JIT, native, BPF_PROG_TEST_RUN repeat), the fidelity monitor's p99 lateness at the
 default D in the full-kernel guest, a CUBIC transfer's goodput with the hosts' hostnic
 queue and with fq (TCP Small Queues), and the port model against the independent
-simulator of the paper's switch (testbed/optical/oracle.py; a table on stdout).
+simulator of the paper's switch (testbed/optical/oracle.py; a table on stdout), and the
+optical-RAM reference node's speed (testbed/optical/ramsim.py, every architecture).
 """
 
 from __future__ import annotations
@@ -90,8 +91,34 @@ def _oracle_table() -> list[float]:
     return secs
 
 
+#: packets, ports, load and RAM of the ramsim speed benchmark (E5's node: 3 MSS per link at 1 Gb/s)
+RAMSIM_PACKETS, RAMSIM_PORTS, RAMSIM_LOAD, RAMSIM_BUFFER, RAMSIM_PS_PER_BYTE = 100_000, 4, 0.9, 4500, 8000
+
+
+def _ramsim_seconds() -> dict[str, list[float]]:
+    """Wall seconds ramsim takes for RAMSIM_PACKETS packets (E1-like inputs, ACK / 576 /
+    1500 B) per architecture, 3 runs each."""
+    import random
+    import time
+
+    from testbed.optical import ramsim, traces
+
+    trace = [ramsim.Packet(p.arrival_ns, p.length, p.in_port, p.out_port)
+             for p in traces.e1_like_trace(random.Random(1), RAMSIM_PACKETS, RAMSIM_PORTS, RAMSIM_LOAD,
+                                           RAMSIM_PS_PER_BYTE, lengths=(40, 576, 1500))]
+    out: dict[str, list[float]] = {}
+    for arch in ramsim.ARCHITECTURES:
+        for _ in range(3):
+            t0 = time.monotonic()
+            ramsim.simulate(trace, arch, RAMSIM_PORTS, RAMSIM_BUFFER, RAMSIM_PS_PER_BYTE)
+            out.setdefault(arch, []).append(time.monotonic() - t0)
+    return out
+
+
 def run() -> list[Measurement]:
     out = [Measurement("oracle comparison, one configuration (Python)", _oracle_table())]
+    for arch, secs in _ramsim_seconds().items():
+        out.append(Measurement(f"ramsim {arch}, {RAMSIM_PACKETS} packets (Python)", secs))
     if os.geteuid() == 0:
         out.append(Measurement("optswitch ingress (JIT, native, per packet)",
                                _prog_ns("optsw_ingress", "hybrid"), "ns"))

@@ -7,7 +7,6 @@ from __future__ import annotations
 import bisect
 import heapq
 import random
-import time
 from collections import defaultdict
 
 import pytest
@@ -383,11 +382,3 @@ def test_stats_counts_and_delay():
     assert s.drop_rate == pytest.approx(1 / 3)
     assert s.mean_delay_ns == T / 2 and s.p99_delay_ns == T
     assert s.max_occupancy_bytes == MSS and s.max_node_occupancy_bytes == MSS
-
-
-def test_speed_100k_packets():
-    pk = random_trace(random.Random(1), 100_000, 4, 0.9)
-    for arch in ARCHITECTURES:
-        t0 = time.perf_counter()
-        simulate(pk, arch, 4, 3 * MSS, PS)
-        assert time.perf_counter() - t0 < 5.0, arch
