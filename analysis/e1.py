@@ -132,8 +132,15 @@ def artefacts(summary: pd.DataFrame) -> pd.DataFrame:
 
 def analyse(summary: pd.DataFrame, config: dict, out: Path) -> tuple[list[Path], list[tuple[str, pd.DataFrame]]]:
     """Draw the throughput-vs-load panels, write findings.csv/.md into ``out`` (the report
-    folder) and return (figures, tables); the findings table is titled ``findings.TITLE``."""
-    agg = aggregate(summary)
+    folder) and return (figures, tables); the findings table is titled ``findings.TITLE``.
+    Runs in which the kernel ran short of TCP memory (``findings.memory_clean``) are left
+    out of the figures, the throughput and buffer tables and the verdicts, and counted
+    in the artefacts table and the titles."""
+    clean = findings.memory_clean(summary)
+    left_out = len(summary) - len(clean)
+    without = (f"; {left_out} of {len(summary)} runs short of TCP memory left out (artefacts table)"
+               if left_out else "")
+    agg = aggregate(clean)
     figs: list[Path] = []
     for length, by_len in agg.groupby("link_length_m"):
         ccas = [c for c in CCA_ORDER if c in set(by_len["cca"])] + sorted(set(by_len["cca"]) - set(CCA_ORDER))
@@ -155,7 +162,7 @@ def analyse(summary: pd.DataFrame, config: dict, out: Path) -> tuple[list[Path],
             ax.axis("off")
         scale = ", ".join(sorted({str(v) for v in summary.get("size_scale", [])})) or "?"
         fig.suptitle(f"fat-tree, link length {length:g} m, file sizes x {scale} "
-                     "(mean, 95% Student-t CI; paper units)")
+                     f"(mean, 95% Student-t CI; paper units{without})")
         fig.tight_layout()
         figs.append(out / f"throughput_vs_load_{length:g}m.png")
         fig.savefig(figs[-1], dpi=110)
@@ -166,9 +173,12 @@ def analyse(summary: pd.DataFrame, config: dict, out: Path) -> tuple[list[Path],
                    "packet_loss_ratio", "lateness_p99_us"]]
     scale = ", ".join(sorted(set(map(str, summary["size_scale"])))) if "size_scale" in summary else "not recorded"
     found = findings.write(evaluate(configs(summary)), out,
-                           preamble=f"E1, size_scale {scale}. Rule and margins: docs/e1.md, section Findings.")
-    return figs, [("Network throughput per configuration (Figs. 4/5 data, paper units)", headline),
-                  ("Buffer occupancy, OEO fraction and packet loss ratio (means over repetitions)", buffers),
+                           preamble=f"E1, size_scale {scale}. Rule and margins: docs/e1.md, section Findings"
+                                    + (f"; {left_out} of {len(summary)} runs short of TCP memory left out (a "
+                                       "finding they would change gives its verdict with them in the side "
+                                       "column)." if left_out else "."))
+    return figs, [(f"Network throughput per configuration (Figs. 4/5 data, paper units{without})", headline),
+                  (f"Buffer occupancy, OEO fraction and packet loss ratio (means over repetitions{without})", buffers),
                   ("Emulation artefacts (sums over repetitions; failed transfers, skipped retransmissions, "
                    "memory events and listen drops are expected 0; NaN: not recorded by that run)",
                    artefacts(summary)),

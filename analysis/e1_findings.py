@@ -56,7 +56,7 @@ from dataclasses import replace
 
 import pandas as pd
 
-from analysis.findings import MARGIN, NOT_MEASURED, Finding, against, all_of, compare, not_measured
+from analysis.findings import MARGIN, NOT_MEASURED, Finding, against, all_of, compare, memory_clean, not_measured
 
 #: the paper's initial RTO (s): the condition of its Figs. 4/5 curves but "electronic, RTO 1 s"
 PAPER_RTO_S = 1e-3
@@ -99,9 +99,39 @@ HYBRID_FINDINGS = ("F1a", "F1c", "F2", "F3a", "F3b", "F4b", "F4c.3", "F5")
 def evaluate(s: pd.DataFrame) -> list[Finding]:
     """Every E1 finding on the configured summary ``s`` (see the module docstring), with
     the holding realisation's second number beside the hybrid ones when ``s`` has
-    ``hybrid-hold:N`` rows.
+    ``hybrid-hold:N`` rows. Runs in which the kernel ran short of TCP memory
+    (``findings.memory_clean``) are left out; a finding whose numbers they would change
+    says so in its side column, with its verdict and number with them.
 
     Raises KeyError when ``s`` lacks the configuration columns of ``analysis.e1.configs``."""
+    clean = memory_clean(s)
+    out = _with_holding(clean)
+    if len(clean) == len(s):
+        return out
+    every = {f.id: f for f in _with_holding(s)}
+    return [f if _same(f, every[f.id]) else replace(f, side=_join(f.side, _memory_note(every[f.id])))
+            for f in out]
+
+
+def _same(f: Finding, g: Finding) -> bool:
+    """Whether ``f`` and ``g`` state the same numbers, part for part (by their text, so
+    NaN equals NaN)."""
+    def numbers(x: Finding) -> str:
+        return repr((x.verdict, x.where, x.a, x.b, x.estimate, x.lo, x.hi))
+
+    return (numbers(f) == numbers(g) and len(f.parts) == len(g.parts)
+            and all(_same(x, y) for x, y in zip(f.parts, g.parts)))
+
+
+def _memory_note(with_them: Finding) -> str:
+    """What ``with_them`` (the finding over every run) says, for the side column of the
+    finding over the runs without TCP memory artefacts."""
+    return ("runs short of TCP memory left out (memory pressures or drops: an emulation artefact, docs/e1.md); "
+            f"with them: {_verdict_number(with_them)}")
+
+
+def _with_holding(s: pd.DataFrame) -> list[Finding]:
+    """Every E1 finding on ``s``, with the holding realisation's note (see ``evaluate``)."""
     out = _evaluate(s)
     held = _as_hybrid(s)
     if held is None:
@@ -129,9 +159,14 @@ def _holding_note(f: Finding) -> str:
     """The holding realisation's verdict on the same finding, with its number."""
     if f.verdict == NOT_MEASURED:
         return ""
+    return f"holding realisation (hybrid-hold): {_verdict_number(f)}"
+
+
+def _verdict_number(f: Finding) -> str:
+    """``f``'s verdict with its estimate and 95 % interval, e.g. "holds (a / b = 1.3 [1.1, 1.5])"."""
     number = "" if math.isnan(f.estimate) else (
         f" ({f.effect} = {f.estimate:.3g} [{f.lo:.3g}, {f.hi:.3g}]{' ' + f.unit if f.effect == 'a' else ''})")
-    return f"holding realisation (hybrid-hold): {f.verdict}{number}"
+    return f"{f.verdict}{number}"
 
 
 def _evaluate(s: pd.DataFrame) -> list[Finding]:

@@ -12,8 +12,8 @@ varies in the run (:data:`EXTRA_PARAMS`); its repetitions are its rows.
 Only the paper's set-up is judged: ``limiter = buffer`` and ``cca = cubic``. Every
 finding is the conjunction (``all_of``) of one sub-finding per such configuration;
 runs in which the flow was not moved (``moved = 0``: the threshold was never crossed)
-and runs in which the receiver dropped segments for want of TCP memory
-(``memory_drops > 0``: an emulation artefact, testbed.tcpmem) are left out and named in
+and runs in which the kernel ran short of TCP memory (``memory_pressures`` or
+``memory_drops`` > 0: an emulation artefact, testbed.tcpmem; ``findings.memory_clean``) are left out and named in
 the side column. Rules, fixed before any E4 run:
 
 - F0: before the move the flow runs at its buffer limit (paper: "a stable rate equal to
@@ -59,7 +59,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from analysis.findings import MARGIN, Finding, against, all_of, not_measured
+from analysis.findings import MARGIN, Finding, against, all_of, memory_clean, not_measured
 from testbed.units import Dim, Quantity
 
 #: the parameters that make a configuration (the paper's and the family's bonus axes)
@@ -179,14 +179,6 @@ def moved(g: pd.DataFrame) -> pd.DataFrame:
     return g[pd.to_numeric(g["moved"], errors="coerce") == 1]
 
 
-def memory_clean(g: pd.DataFrame) -> pd.DataFrame:
-    """The runs of ``g`` whose receiver dropped nothing for want of TCP memory (a run
-    made before ``memory_drops`` was counted, nan, is kept)."""
-    if "memory_drops" not in g:
-        return g
-    return g[~(pd.to_numeric(g["memory_drops"], errors="coerce") > 0)]
-
-
 def rtts_to_95(g: pd.DataFrame) -> pd.Series:
     """Per run: time_to_95_s / rtt_before_s; a run with a capture (rate_after_bps known)
     that never reached 95 % counts as :data:`CENSOR_RTTS`; nan without a capture."""
@@ -210,8 +202,8 @@ def _side(all_runs: pd.DataFrame, used: pd.DataFrame) -> str:
     if len(was_moved) < len(all_runs):
         bits.append(f"{len(all_runs) - len(was_moved)} of {len(all_runs)} runs not moved (left out)")
     if len(used) < len(was_moved):
-        bits.append(f"{len(was_moved) - len(used)} of {len(all_runs)} runs with segments dropped for want of "
-                    "TCP memory (left out: an emulation artefact)")
+        bits.append(f"{len(was_moved) - len(used)} of {len(all_runs)} runs short of TCP memory (pressure or "
+                    "drops; left out: an emulation artefact)")
 
     def total(col: str) -> float:
         return float(pd.to_numeric(used[col], errors="coerce").sum()) if col in used else math.nan
@@ -293,7 +285,7 @@ def _per_config(fid: str, configs: list[Config],
     for c in configs:
         g = memory_clean(moved(c.rows))
         if g.empty:
-            parts.append(not_measured(fid, claim, f"a run in which the flow moved, without memory drops, at "
+            parts.append(not_measured(fid, claim, f"a run in which the flow moved, without memory artefacts, at "
                                                   f"{c.label} (none of {len(c.rows)})", paper=paper))
             continue
         parts += rule(fid, c, g, _side(c.rows, g))

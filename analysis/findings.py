@@ -282,6 +282,23 @@ def _group(g: tuple[str, Iterable[float]], scale: float) -> tuple[Group, list[fl
     return Group.of(label, vals), vals
 
 
+#: the emulating kernel's TCP memory artefacts (summary columns, counts): a run with any
+#: of them above 0 ran short of the one ``tcp_mem`` every emulated host shares
+#: (testbed.tcpmem), which the paper's separate machines would not have
+MEMORY_ARTEFACTS = ("memory_pressures", "memory_drops")
+
+
+def memory_clean(g: pd.DataFrame) -> pd.DataFrame:
+    """The runs of ``g`` in which the kernel never ran short of TCP memory: every
+    :data:`MEMORY_ARTEFACTS` column that ``g`` has is 0 (a run made before a column was
+    counted, NaN there, is kept)."""
+    keep = pd.Series(True, index=g.index)
+    for col in MEMORY_ARTEFACTS:
+        if col in g:
+            keep &= ~(pd.to_numeric(g[col], errors="coerce") > 0)
+    return g[keep]
+
+
 def not_measured(id: str, claim: str, needed: str, paper: str = "") -> Finding:
     """The finding for a run that lacks the points: ``needed`` says which would do."""
     return Finding(id=id, claim=claim, verdict=NOT_MEASURED, reason=f"needs {needed}", paper=paper)

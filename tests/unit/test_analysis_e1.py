@@ -264,3 +264,42 @@ def test_artefacts_table_sums_the_failures_a_reviewer_must_see():
     assert art["spurious share"].eq(0.01).all()
     assert art["memory drops"].eq(0).all() and art["listen drops"].isna().all()
     assert art["failed transfers"].sum() == 607
+
+
+def test_runs_short_of_tcp_memory_are_left_out_and_the_verdict_with_them_is_beside():
+    """A run with memory pressure or drops (the shared tcp_mem ran short: an emulation
+    artefact) leaves the verdicts, figures and tables; a finding it would change gives its
+    verdict with it in the side column; the artefacts table still counts it."""
+    data = (rows("saw", "all-optical", {10000: 5, 300000: 10}, offered_load=2.0, memory_pressures=0, memory_drops=0)
+            + rows("saw", "hybrid:2", {10000: 5, 300000: 21}, offered_load=2.0, memory_pressures=0, memory_drops=0))
+    clean = by_id(data)
+    # three more hybrid runs at 300000 /s, all short of memory and far lower: without the
+    # rule F1a-saw would not hold
+    short = rows("saw", "hybrid:2", {300000: 2}, offered_load=2.0, memory_pressures=5, memory_drops=0)
+    short[1]["memory_pressures"], short[1]["memory_drops"] = 0, 900     # drops without a pressure event
+    short[2]["memory_pressures"], short[2]["memory_drops"] = float("nan"), 3   # pressure not counted, drops
+    f = by_id(data + short)
+    assert f["F1a-saw"].verdict == clean["F1a-saw"].verdict == findings.HOLDS
+    assert f["F1a-saw"].estimate == pytest.approx(clean["F1a-saw"].estimate) and f["F1a-saw"].a.n == 3
+    assert "runs short of TCP memory left out" in f["F1a-saw"].side
+    assert "with them: inconclusive (a / b = 1.15 [" in f["F1a-saw"].side   # (21 + 2) / 2 / 10
+    assert "runs short of TCP memory" not in f["F1b-saw"].side      # all-optical only: unchanged
+    assert "runs short of TCP memory" not in clean["F1a-saw"].side
+    # a run made before the columns were counted (nan in both) is kept
+    old = rows("saw", "hybrid:2", {300000: 21}, offered_load=2.0, memory_pressures=float("nan"),
+               memory_drops=float("nan"))
+    assert by_id(data + old)["F1a-saw"].a.n == 6
+
+
+def test_analyse_leaves_runs_short_of_tcp_memory_out_of_figures_and_tables(tmp_path):
+    s = summary()
+    s["memory_pressures"], s["memory_drops"] = 0, 0
+    s.loc[s.index[-1], "memory_drops"] = 42
+    figs, tables = e1.analyse(s, {}, tmp_path)
+    (head_title, headline), (buf_title, _), (_, art), (_, found) = tables
+    assert "1 of 24 runs short of TCP memory left out" in head_title and "left out" in buf_title
+    assert headline["n"].sum() == 23 and art["n"].sum() == 24 and art["memory drops"].sum() == 42
+    assert "1 of 24 runs short of TCP memory left out" in (tmp_path / "findings.md").read_text()
+    (tmp_path / "clean").mkdir()
+    _, tables = e1.analyse(summary(), {}, tmp_path / "clean")
+    assert "left out" not in tables[0][0] and "left out" not in (tmp_path / "clean" / "findings.md").read_text()
