@@ -264,7 +264,9 @@ class E1FatTree(FlowFamily):
             fp.ctx.progress(f"warning: the emulating kernel ran short: {tcp.memory_pressures} TCP memory "
                             f"pressure event(s), {tcp.memory_drops} segment(s) dropped by receivers for want of "
                             f"memory, {tcp.listen_drops} connection request(s) dropped by listeners "
-                            "(emulation artefacts; summary.csv has them)")
+                            "(emulation artefacts; summary.csv has them, the report leaves the point's "
+                            "memory-short runs out; tcp_mem is half the machine's memory: in the guest, run "
+                            "again with a larger TESTBED_GUEST_MEMORY, e.g. 6G, docs/e1.md)")
         # the initial RTO the kernel used (paper time): below the requested one when x D
         # exceeds TCP_RTO_MAX (profiles.json holds the note, the log a warning)
         rtos = {h["init_rto"]["effective_paper_s"] for h in fp.cca.values() if "init_rto" in h}
