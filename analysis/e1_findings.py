@@ -137,7 +137,7 @@ def _with_holding(s: pd.DataFrame) -> list[Finding]:
     if held is None:
         return out
     second = {f.id: f for f in _evaluate(held)}
-    return [replace(f, side=_join(f.side, _holding_note(second[f.id])))
+    return [replace(f, side=_join(f.side, _holding_note(second[f.id], f)))
             if f.id.startswith(HYBRID_FINDINGS) and f.id in second else f for f in out]
 
 
@@ -155,11 +155,14 @@ def _as_hybrid(s: pd.DataFrame) -> pd.DataFrame | None:
     return out
 
 
-def _holding_note(f: Finding) -> str:
-    """The holding realisation's verdict on the same finding, with its number."""
+def _holding_note(f: Finding, port_model: Finding) -> str:
+    """The holding realisation's verdict on the same finding, with its number, and where
+    it is from when that differs from the port model's finding (e.g. F5's worst hybrid
+    configuration among fewer configurations)."""
     if f.verdict == NOT_MEASURED:
         return ""
-    return f"holding realisation (hybrid-hold): {_verdict_number(f)}"
+    where = f" at {f.where}" if f.where != port_model.where else ""
+    return f"holding realisation (hybrid-hold): {_verdict_number(f)}{where}"
 
 
 def _verdict_number(f: Finding) -> str:

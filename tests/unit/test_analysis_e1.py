@@ -303,3 +303,16 @@ def test_analyse_leaves_runs_short_of_tcp_memory_out_of_figures_and_tables(tmp_p
     (tmp_path / "clean").mkdir()
     _, tables = e1.analyse(summary(), {}, tmp_path / "clean")
     assert "left out" not in tables[0][0] and "left out" not in (tmp_path / "clean" / "findings.md").read_text()
+
+
+def test_the_holding_number_says_where_it_is_from_when_that_differs():
+    """F5 takes the worst hybrid configuration: with hybrid:4 run only over the port
+    model, the holding realisation's worst is among fewer configurations, and its note
+    names them (a smaller number there is not the same configuration's)."""
+    data = (rows("saw", "hybrid:2", {300000: 21}, offered_load=2.0, buffer_mb=0.1)
+            + rows("saw", "hybrid:4", {300000: 21}, offered_load=2.0, buffer_mb=0.5)
+            + rows("saw", "hybrid-hold:2", {300000: 21}, offered_load=2.0, buffer_mb=0.12))
+    f = by_id(data)
+    assert f["F5-saw"].a.label == "n_e = 4" and "largest of 2" in f["F5-saw"].where
+    note = f["F5-saw"].side.split("holding realisation (hybrid-hold): ")[1]
+    assert note.startswith("holds (a = 0.12 [") and " at SAW, 10 m, load 300000 /s: the largest of 1 " in note
