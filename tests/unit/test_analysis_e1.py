@@ -146,6 +146,22 @@ def test_electronic_and_rto_findings():
     assert f["F4c.2"].verdict == findings.HOLDS and f["F4c.2"].a.label == "RTO 1 s"
     assert f["F4c.3"].verdict == findings.FAILS and "n_e = 2" in f["F4c.3"].where   # 28 > 25 at 1 s
     assert f["F4a-sawl"].verdict == findings.NOT_MEASURED
+    assert "kernel's initial RTO" not in f["F4c.1"].side     # not recorded: nothing claimed
+
+
+def test_rto_findings_say_the_initial_rto_the_kernel_used():
+    """Under time dilation TCP_RTO_MAX caps the "1 s" initial RTO (12 ms of paper time at
+    D = 10 000): the F4c rows must say the value the runs had, not only the label."""
+    data = (rows("sack", "electronic", {300000: 30}, initial_rto_effective_s=0.001)
+            + rows("sack", "electronic@1 s", {300000: 30}, initial_rto_effective_s=0.012)
+            + rows("sack", "all-optical", {300000: 12}, initial_rto_effective_s=0.001)
+            + rows("sack", "all-optical@1 s", {300000: 6}, initial_rto_effective_s=0.012))
+    f = by_id(data)
+    for fid in ("F4c.1", "F4c.2", "F4c.3"):
+        assert "the kernel's initial RTO in the 'RTO 1 s' runs was 12 ms of paper time, not 1 s" in f[fid].side, fid
+    assert "kernel's initial RTO" not in f["F4a-saw"].side
+    undilated = [dict(r, initial_rto_effective_s=1.0 if r["switch"].endswith("@1 s") else 0.001) for r in data]
+    assert "kernel's initial RTO" not in by_id(undilated)["F4c.1"].side
 
 
 def test_buffer_findings_use_the_worst_hybrid_configuration():
