@@ -103,7 +103,13 @@ def aggregate(summary: pd.DataFrame) -> pd.DataFrame:
             scale = {"max_buffer_MB": 1e-6, "fct_median_ms": 1e3, "lateness_p99_us": 1e6}.get(name, 1.0)
             row[name] = g[col].mean() * scale
         rows.append(row)
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=AGGREGATE_COLUMNS)
+
+
+#: the columns of :func:`aggregate` (also when no run is left to aggregate)
+AGGREGATE_COLUMNS = ["cca", "link_length_m", "switch", "load_per_s", "n", "throughput_Gbit_s",
+                     "throughput_ci95_Gbit_s", "packet_loss_ratio", "oeo_fraction", "max_buffer_MB",
+                     "flows_completed", "fct_median_ms", "lateness_p99_us"]
 
 
 #: per-point artefacts of the emulation (summed over repetitions): what a reviewer checks

@@ -332,3 +332,12 @@ def test_the_holding_number_says_where_it_is_from_when_that_differs():
     assert f["F5-saw"].a.label == "n_e = 4" and "largest of 2" in f["F5-saw"].where
     note = f["F5-saw"].side.split("holding realisation (hybrid-hold): ")[1]
     assert note.startswith("holds (a = 0.12 [") and " at SAW, 10 m, load 300000 /s: the largest of 1 " in note
+
+
+def test_analyse_with_every_run_short_of_tcp_memory_draws_nothing_and_says_why(tmp_path):
+    s = summary()
+    s["memory_pressures"], s["memory_drops"] = 3, 0
+    figs, tables = e1.analyse(s, {}, tmp_path)
+    assert figs == [] and tables[0][1].empty and "24 of 24 runs short of TCP memory" in tables[0][0]
+    assert tables[2][1]["n"].sum() == 24                     # the artefacts table keeps them
+    assert set(tables[3][1]["verdict"]) == {findings.NOT_MEASURED}
