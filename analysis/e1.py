@@ -89,6 +89,12 @@ def configs(summary: pd.DataFrame) -> pd.DataFrame:
     return s
 
 
+#: the columns of :func:`aggregate` (also when no run is left to aggregate)
+AGGREGATE_COLUMNS = ["cca", "link_length_m", "switch", "load_per_s", "n", "throughput_Gbit_s",
+                     "throughput_ci95_Gbit_s", "packet_loss_ratio", "oeo_fraction", "max_buffer_MB",
+                     "flows_completed", "fct_median_ms", "lateness_p99_us"]
+
+
 def aggregate(summary: pd.DataFrame) -> pd.DataFrame:
     """One row per (cca, link length, switch configuration, load): means and CI half-widths."""
     s = configs(summary)
@@ -104,12 +110,6 @@ def aggregate(summary: pd.DataFrame) -> pd.DataFrame:
             row[name] = g[col].mean() * scale
         rows.append(row)
     return pd.DataFrame(rows, columns=AGGREGATE_COLUMNS)
-
-
-#: the columns of :func:`aggregate` (also when no run is left to aggregate)
-AGGREGATE_COLUMNS = ["cca", "link_length_m", "switch", "load_per_s", "n", "throughput_Gbit_s",
-                     "throughput_ci95_Gbit_s", "packet_loss_ratio", "oeo_fraction", "max_buffer_MB",
-                     "flows_completed", "fct_median_ms", "lateness_p99_us"]
 
 
 #: per-point artefacts of the emulation (summed over repetitions): what a reviewer checks
