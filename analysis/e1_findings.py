@@ -40,6 +40,12 @@ favours hybrid (F1a, F1c) the gap works against it; where both sides run over th
 kind of hybrid (F2, F3, F4c.3) its direction is not known; for F5 the side column says
 whether the verdict survives the occupancy the model may miss.
 
+**Runs short of TCP memory** (``memory_pressures`` or ``memory_drops`` > 0: the kernel's one
+``tcp_mem`` shared by every emulated server ran out; ``findings.memory_clean``) are left
+out of every verdict; a finding they would change shows its verdict with them in the
+side column. The F4c rows say the initial RTO the kernel used in the "RTO 1 s" runs when
+time dilation capped it below 1 s.
+
 **The holding realisation** ``hybrid-hold:N`` (the paper's switch exactly:
 docs/hybrid-holding.md) gives every finding over hybrid switches a second number when
 the run has it: the same finding evaluated with ``hybrid-hold:N`` rows in place of

@@ -36,7 +36,7 @@ tier() {
 
 # The unit tier runs on every core (pytest-xdist, one test file per worker at a time, so a
 # file's module fixtures are built once): it needs no root and nothing it touches is
-# shared, and the other tiers leave a core idle while it runs.
+# shared; run alone in one process it left a core of CI's two idle.
 jobs=$(nproc 2>/dev/null || echo 1)
 unit_par=()
 if [ "$jobs" -gt 1 ]; then unit_par=(-n "$jobs" --dist loadfile); fi
