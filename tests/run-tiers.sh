@@ -58,11 +58,14 @@ tier native "$py" -m pytest -q -p no:cacheprovider --junitxml="$junit/native.xml
 # one guest (before the one-case cut, same load) took 1 784 s. Keep them balanced when
 # adding a file.
 # Durations: pytest's are guest time (icount); the host-clock list is wall time.
+# COLUMNS=400: pytest cuts each line of its closing "short test summary" to the terminal's
+# width (80 in the guest), which left only "AssertionError" of a failure's message in
+# CI's tail; with 400 columns the message, and its numbers, stay on that line.
 select=(-m "not long")
 if [ "${TESTBED_LONG_TESTS:-0}" = 1 ]; then select=(); fi
 guest_shard() {
   local i=$1; shift
-  "$py" -m testbed guest --rwdir "$junit/g$i" -- env TESTBED_REQUIRE_FEATURES=1 TESTBED_BPF_ONE_CASE=1 \
+  "$py" -m testbed guest --rwdir "$junit/g$i" -- env COLUMNS=400 TESTBED_REQUIRE_FEATURES=1 TESTBED_BPF_ONE_CASE=1 \
     TESTBED_HOST_WALL_TSV="$junit/g$i/host-wall.tsv" "$py" -m pytest -q -p no:cacheprovider --durations=12 "${select[@]}" \
     --junitxml="$junit/g$i/guest.xml" "$@" 2>&1 | sed -u "s/^/[guest $i] /"
 }

@@ -327,7 +327,8 @@ def test_msack_and_sack_side_by_side(tracer, ledger):
     MEASURED["msack"] = {"samples": len(ms), "rto_events": len(halvings),
                          "rto_cwnd_before_after": halvings[:20],
                          "triple_dupack_events": len(dup), "dupack_cwnd_before_after": dup[:20],
-                         "cwnd_growth_vs_acked_segments": [growth, acked], "effective": eff["h1"]}
+                         "cwnd_growth_vs_acked_segments": [growth, acked],
+                         "tracer_lost_samples": tracer.lost, "effective": eff["h1"]}
     MEASURED["sack"] = {"samples": len(sk), "rto_events": len(sack_rto), "rto_cwnd_before_after": sack_rto[:20],
                         "fast_recoveries": len(recoveries), "recovery_cwnd_before_ssthresh_after": recoveries[:20],
                         "syn_first_rto_s": first_syn_rto, "syn_init_rto_from_backoff_s": syn_init_rto, "syn_rto_times_s": [t - t_connect for t in syn_rtos[:4]],
