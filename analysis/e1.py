@@ -89,10 +89,13 @@ def configs(summary: pd.DataFrame) -> pd.DataFrame:
     return s
 
 
+#: aggregate()'s means: (summary column, table column, factor to the table's unit)
+_MEANS = (("loss_ratio", "packet_loss_ratio", 1.0), ("oeo_fraction", "oeo_fraction", 1.0),
+          ("max_buffer_bytes", "max_buffer_MB", 1e-6), ("flows_completed", "flows_completed", 1.0),
+          ("fct_median_s", "fct_median_ms", 1e3), ("lateness_p99_s", "lateness_p99_us", 1e6))
+_KEYS = ("cca", "link_length_m", "switch", "load_per_s", "n", "throughput_Gbit_s", "throughput_ci95_Gbit_s")
 #: the columns of :func:`aggregate` (also when no run is left to aggregate)
-AGGREGATE_COLUMNS = ["cca", "link_length_m", "switch", "load_per_s", "n", "throughput_Gbit_s",
-                     "throughput_ci95_Gbit_s", "packet_loss_ratio", "oeo_fraction", "max_buffer_MB",
-                     "flows_completed", "fct_median_ms", "lateness_p99_us"]
+AGGREGATE_COLUMNS = [*_KEYS, *(name for _, name, _ in _MEANS)]
 
 
 def aggregate(summary: pd.DataFrame) -> pd.DataFrame:
@@ -101,13 +104,8 @@ def aggregate(summary: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (cca, length, config, load), g in s.groupby(["cca", "length_m", "config", "load_per_s"], sort=True):
         thr, thr_ci = mean_ci(list(g["throughput_bps"]))
-        row = {"cca": cca, "link_length_m": length, "switch": config, "load_per_s": load, "n": len(g),
-               "throughput_Gbit_s": thr / 1e9, "throughput_ci95_Gbit_s": thr_ci / 1e9}
-        for col, name in (("loss_ratio", "packet_loss_ratio"), ("oeo_fraction", "oeo_fraction"),
-                          ("max_buffer_bytes", "max_buffer_MB"), ("flows_completed", "flows_completed"),
-                          ("fct_median_s", "fct_median_ms"), ("lateness_p99_s", "lateness_p99_us")):
-            scale = {"max_buffer_MB": 1e-6, "fct_median_ms": 1e3, "lateness_p99_us": 1e6}.get(name, 1.0)
-            row[name] = g[col].mean() * scale
+        row = dict(zip(_KEYS, (cca, length, config, load, len(g), thr / 1e9, thr_ci / 1e9), strict=True))
+        row.update({name: g[col].mean() * factor for col, name, factor in _MEANS})
         rows.append(row)
     return pd.DataFrame(rows, columns=AGGREGATE_COLUMNS)
 
