@@ -20,8 +20,8 @@ findings P1-P4 (``analysis.e5_xcp_params``).
 Figures (x: B, optical RAM per link in bytes, log scale; B = 0, bufferless, is in the
 tables only; a dotted line marks 1 MSS = 1500 B and a grey band the paper's 1-6 MSS
 range; error bars: 95 % intervals; a hollow marker: a point of which a run was not
-exact, ``occ_overflow`` > 0, or beyond the fidelity bound, ``lateness_p99_over_tau`` >
-0.05):
+exact, ``occ_overflow`` or ``core_late`` > 0 or ``xcp_exact`` = 0, or beyond the fidelity
+bound, ``lateness_p99_over_tau`` > 0.05):
 
 - ``goodput_pacing-<pacing>.png``: Fig. 5, average flow goodput (B/s) vs B, one line
   per architecture, one figure per pacing;
@@ -33,7 +33,7 @@ exact, ``occ_overflow`` > 0, or beyond the fidelity bound, ``lateness_p99_over_t
 
 Tables: the points (goodput mean and interval, median, drop rate, flows, fidelity,
 speed), the emulation's artefacts per point (retransmissions, spurious ones, losses
-detected by RTO vs duplicate ACKs), the runs not exact or beyond the fidelity bound, the
+detected by RTO vs duplicate ACKs; for XCP points the loop's lateness counters), the runs not exact or beyond the fidelity bound, the
 scale check and the rows left out (when there are any), and the findings last
 (``analysis.e5_findings``; also ``findings.csv`` / ``findings.md``).
 """
@@ -295,11 +295,17 @@ def _pooled(num: pd.Series, den: pd.Series) -> float:
 def artefacts_table(s: pd.DataFrame) -> pd.DataFrame:
     """Per point, means per run: retransmitted and spurious segments (and the pooled
     spurious fraction), losses detected by RTO and by duplicate ACKs (pooled fraction by
-    RTO), edge drops, failed flows, and how late the window's counters were read (max)."""
+    RTO), edge drops, failed flows, and how late the window's counters were read (max);
+    for XCP points (NaN otherwise) the loop's exact runs of all, its rate changes sent
+    and those applied after their instant, packets that reached a pacer after their
+    instant was decided, accumulator slots read late or lost (means per run) and the
+    largest p99 decision lag (paper s; how late each late rate change was: the point's
+    xcp.json, ``max_rate_late_ns``)."""
     out = []
     for a, p, b, g in _points(s):
         retrans, spurious = _num(g, "retrans_segs"), _num(g, "spurious_retrans_segs")
         rto, fast = _num(g, "loss_events_rto"), _num(g, "loss_events_fast")
+        exact = _num(g, "xcp_exact")
         out.append({"arch": a, "pacing": p, "buffer": _buffer_label(g), "B [bytes]": b, "reps": len(g),
                     "retrans_segs per run": retrans.mean(), "spurious_retrans_segs per run": spurious.mean(),
                     "spurious fraction": _pooled(spurious, retrans),
@@ -307,14 +313,22 @@ def artefacts_table(s: pd.DataFrame) -> pd.DataFrame:
                     "fraction by RTO": _pooled(rto, rto + fast),
                     "edge_drops per run": _num(g, "edge_drops").mean(),
                     "flows_failed per run": _num(g, "flows_failed").mean(),
-                    "window start late [s] (max)": _num(g, "window_start_late_s").max()})
+                    "window start late [s] (max)": _num(g, "window_start_late_s").max(),
+                    "xcp exact runs": (f"{int((exact == 1).sum())} of {int(exact.notna().sum())}"
+                                       if exact.notna().any() else ""),
+                    "xcp rate changes per run": _num(g, "xcp_rate_changes").mean(),
+                    "xcp late rates per run": _num(g, "xcp_late_rates").mean(),
+                    "xcp pacer late per run": _num(g, "xcp_pacer_late").mean(),
+                    "xcp acc late + lost per run": (_num(g, "xcp_acc_late") + _num(g, "xcp_acc_lost")).mean(),
+                    "xcp decision lag p99 [s] (max)": _num(g, "xcp_decision_lag_p99_s").max()})
     return pd.DataFrame(out)
 
 
 def fidelity_table(s: pd.DataFrame) -> pd.DataFrame:
-    """The runs not exact (occ_overflow > 0) or beyond the fidelity bound
-    (lateness_p99_over_tau > FIDELITY_BOUND), with why."""
-    cols = ["point", "rep", "arch", "pacing", "buffer", "occ_overflow", "core_late", "lateness_p99_over_tau", "why"]
+    """The runs not exact (occ_overflow or core_late > 0, xcp_exact = 0) or beyond the
+    fidelity bound (lateness_p99_over_tau > FIDELITY_BOUND), with why."""
+    cols = ["point", "rep", "arch", "pacing", "buffer", "occ_overflow", "core_late", "xcp_exact",
+            "lateness_p99_over_tau", "why"]
     bad = s[flagged(s)]
     out = []
     for _, r in bad.sort_values(["arch", "pacing", BUFFER_COL]).iterrows():
@@ -323,11 +337,19 @@ def fidelity_table(s: pd.DataFrame) -> pd.DataFrame:
             why.append("not exact: more packets waiting in a node than the BPF tracks (admission an upper bound)")
         if _float(r.get("core_late")) > 0:
             why.append("not exact: ib arrivals after their instant was decided (lateness beyond the lookahead)")
+        if _float(r.get("xcp_exact")) == 0:
+            late = {k: _float(r.get(c)) for k, c in (("rate changes after their instant", "xcp_late_rates"),
+                                                       ("pacer arrivals after their instant", "xcp_pacer_late"),
+                                                       ("accumulator slots read late", "xcp_acc_late"),
+                                                       ("accumulator slots lost", "xcp_acc_lost"))}
+            counted = ", ".join(f"{k} {v:.0f}" for k, v in late.items() if v > 0)
+            why.append("not exact: the XCP loop was late (" + (counted or "a counter not in the summary, e.g. late "
+                                                                 "probes: the point's xcp.json") + ")")
         if _float(r.get("lateness_p99_over_tau")) > FIDELITY_BOUND:
             why.append(f"beyond the fidelity bound: p99 lateness > {FIDELITY_BOUND:g} x a frame's duration")
         out.append({"point": r.get("point", ""), "rep": r.get("rep", ""), "arch": r["arch"], "pacing": r["pacing"],
                     "buffer": r["buffer"], "occ_overflow": r.get("occ_overflow", math.nan),
-                    "core_late": r.get("core_late", math.nan),
+                    "core_late": r.get("core_late", math.nan), "xcp_exact": r.get("xcp_exact", math.nan),
                     "lateness_p99_over_tau": r.get("lateness_p99_over_tau", math.nan), "why": "; ".join(why)})
     return pd.DataFrame(out, columns=cols)
 
@@ -398,9 +420,9 @@ def analyse(summary: pd.DataFrame, config: dict, out: Path) -> tuple[list[Path],
         (f"Points: average flow goodput and core drop rate per (arch, pacing, B), means with 95 % intervals over "
          f"repetitions ({ctx})", points_table(s)),
         ("Emulation artefacts per point (means per run): retransmissions, spurious retransmissions, losses "
-         "detected by RTO vs duplicate ACKs", artefacts_table(s)),
-        (f"Not exact / beyond the fidelity bound ({len(bad)} runs): occ_overflow > 0 or lateness p99 > "
-         f"{FIDELITY_BOUND:g} x a frame's duration; hollow markers in the figures", bad),
+         "detected by RTO vs duplicate ACKs; XCP points: the loop's lateness counters", artefacts_table(s)),
+        (f"Not exact / beyond the fidelity bound ({len(bad)} runs): occ_overflow or core_late > 0, xcp_exact = 0, "
+         f"or lateness p99 > {FIDELITY_BOUND:g} x a frame's duration; hollow markers in the figures", bad),
     ]
     scales = scale_table(readable)
     if not scales.empty:

@@ -91,8 +91,9 @@ never "holds".
   rate is 0). ``xcp not run`` until XCP rows exist.
 
 Every run counts in the verdicts, also those not exact (``occ_overflow`` > 0: the BPF's
-admission was an upper bound on the bytes waiting, more drops than the paper's node) or
-beyond the fidelity bound (``lateness_p99_over_tau`` > :data:`FIDELITY_BOUND`); the
+admission was an upper bound on the bytes waiting, more drops than the paper's node;
+``core_late`` > 0: ib decisions after late arrivals; ``xcp_exact`` = 0: the XCP loop's
+rates or counters were late, docs/xcp-edge.md) or beyond the fidelity bound (``lateness_p99_over_tau`` > :data:`FIDELITY_BOUND`); the
 side column says how many of the runs used are such, so a verdict resting on them is
 visible. Rows whose buffer text cannot be read are left out.
 """
@@ -235,13 +236,18 @@ def buffer_text(b: float) -> str:
 
 
 def not_exact(g: pd.DataFrame) -> pd.Series:
-    """Per run: the core's decisions not exact: occupancy slots merged (``occ_overflow`` >
-    0: ob/sb/wcsb admission an upper bound) or ib decisions taken after late arrivals
-    (``core_late`` > 0: lateness beyond the voq qdisc's lookahead); False where unknown."""
+    """Per run: the emulation's decisions not exact: occupancy slots merged
+    (``occ_overflow`` > 0: ob/sb/wcsb admission an upper bound), ib decisions taken after
+    late arrivals (``core_late`` > 0: lateness beyond the voq qdisc's lookahead), or an
+    XCP loop that was not the one on the intended timeline (``xcp_exact`` = 0: an XCP
+    lateness counter above 0, e.g. rate changes applied after their instant,
+    docs/xcp-edge.md (d)); False where unknown (``xcp_exact`` is NaN without XCP)."""
     out = pd.Series(False, index=g.index)
     for column in ("occ_overflow", "core_late"):
         if column in g:
             out |= pd.to_numeric(g[column], errors="coerce") > 0
+    if "xcp_exact" in g:
+        out |= pd.to_numeric(g["xcp_exact"], errors="coerce") == 0
     return out
 
 
@@ -259,8 +265,8 @@ def _side(*groups: pd.DataFrame) -> str:
     if used.empty:
         return ""
     k = int(flagged(used).sum())
-    return (f"{k} of {len(used)} runs used not exact (occ_overflow or core_late > 0) or beyond the fidelity bound"
-            if k else "")
+    return (f"{k} of {len(used)} runs used not exact (occ_overflow or core_late > 0, or xcp_exact = 0) or beyond "
+            f"the fidelity bound" if k else "")
 
 
 def _values(g: pd.DataFrame, column: str) -> pd.Series:

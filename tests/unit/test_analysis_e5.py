@@ -374,3 +374,32 @@ def test_late_ib_decisions_make_a_run_not_exact():
     assert flagged(clean).iloc[0]
     table = e5.fidelity_table(prepare(clean))
     assert len(table) == 1 and "ib arrivals after their instant was decided" in table["why"].iloc[0]
+
+
+def test_an_xcp_loop_that_was_late_makes_a_run_not_exact():
+    """xcp_exact = 0 (a rate change applied after its instant, a pacer arrival after its
+    instant was decided, ...) flags the run as not exact and the fidelity table says which
+    counters; xcp_exact = 1 and NaN (not an XCP point) do not; the artefacts table counts
+    the exact runs of each XCP point."""
+    from analysis.e5_findings import flagged, not_exact, prepare
+
+    s = smoke_summary()
+    g = s[(s["arch"] == "sb") & (s["buffer"] == "1.5 kB") & (s["pacing"] == "none")].copy()
+    assert len(g) >= 3 and g["xcp_exact"].isna().all()
+    assert not not_exact(g).any()
+    g["pacing"] = "xcp"
+    g["xcp_exact"] = 1.0
+    for c in ("xcp_late_rates", "xcp_pacer_late", "xcp_acc_late", "xcp_acc_lost"):
+        g[c] = 0.0
+    assert not not_exact(g).any()
+    first = g.index[0]
+    g.loc[first, ["xcp_exact", "xcp_late_rates", "xcp_pacer_late"]] = [0.0, 474.0, 2.0]
+    assert list(not_exact(g)) == [True] + [False] * (len(g) - 1)
+    assert flagged(g).iloc[0]
+    table = e5.fidelity_table(prepare(g))
+    assert len(table) == 1
+    why = table["why"].iloc[0]
+    assert "XCP loop was late" in why and "rate changes after their instant 474" in why
+    assert "pacer arrivals after their instant 2" in why and "slots lost" not in why
+    artefacts = e5.artefacts_table(prepare(g))
+    assert artefacts["xcp exact runs"].iloc[0] == f"{len(g) - 1} of {len(g)}"
