@@ -33,9 +33,10 @@ bound, ``lateness_p99_over_tau`` > 0.05):
 
 Tables: the points (goodput mean and interval, median, drop rate, flows, fidelity,
 speed), the emulation's artefacts per point (retransmissions, spurious ones, losses
-detected by RTO vs duplicate ACKs; for XCP points the loop's lateness counters), the runs not exact or beyond the fidelity bound, the
-scale check and the rows left out (when there are any), and the findings last
-(``analysis.e5_findings``; also ``findings.csv`` / ``findings.md``).
+detected by RTO vs duplicate ACKs; for XCP points the loop's lateness counters), the
+runs not exact or beyond the fidelity bound, the scale check and the rows left out (when
+there are any), and the findings last (``analysis.e5_findings``; also ``findings.csv`` /
+``findings.md``).
 """
 
 from __future__ import annotations

@@ -93,9 +93,10 @@ never "holds".
 Every run counts in the verdicts, also those not exact (``occ_overflow`` > 0: the BPF's
 admission was an upper bound on the bytes waiting, more drops than the paper's node;
 ``core_late`` > 0: ib decisions after late arrivals; ``xcp_exact`` = 0: the XCP loop's
-rates or counters were late, docs/xcp-edge.md) or beyond the fidelity bound (``lateness_p99_over_tau`` > :data:`FIDELITY_BOUND`); the
-side column says how many of the runs used are such, so a verdict resting on them is
-visible. Rows whose buffer text cannot be read are left out.
+rates or counters were late, docs/xcp-edge.md) or beyond the fidelity bound
+(``lateness_p99_over_tau`` > :data:`FIDELITY_BOUND`); the side column says how many of
+the runs used are such, so a verdict resting on them is visible. Rows whose buffer text
+cannot be read are left out.
 """
 
 from __future__ import annotations
