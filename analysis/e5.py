@@ -55,8 +55,8 @@ import pandas as pd  # noqa: E402
 
 from analysis import e5_xcp_params, findings  # noqa: E402
 from analysis.e5_findings import (BUFFER_COL, DROPS, FIDELITY_BOUND, GOODPUT, MSS_B, PAPER_RANGE,  # noqa: E402
-                                  arch_name, archs, buffers, evaluate, flagged, not_exact, pacing_name, pacings, prepare,
-                                  rows)
+                                  arch_name, archs, buffers, evaluate, exactness_faults, flagged, not_exact,
+                                  pacing_name, pacings, prepare, rows)
 from analysis.stats import mean_ci  # noqa: E402
 
 LEVEL = findings.LEVEL
@@ -333,19 +333,7 @@ def fidelity_table(s: pd.DataFrame) -> pd.DataFrame:
     bad = s[flagged(s)]
     out = []
     for _, r in bad.sort_values(["arch", "pacing", BUFFER_COL]).iterrows():
-        why = []
-        if _float(r.get("occ_overflow")) > 0:
-            why.append("not exact: more packets waiting in a node than the BPF tracks (admission an upper bound)")
-        if _float(r.get("core_late")) > 0:
-            why.append("not exact: ib arrivals after their instant was decided (lateness beyond the lookahead)")
-        if _float(r.get("xcp_exact")) == 0:
-            late = {k: _float(r.get(c)) for k, c in (("rate changes after their instant", "xcp_late_rates"),
-                                                       ("pacer arrivals after their instant", "xcp_pacer_late"),
-                                                       ("accumulator slots read late", "xcp_acc_late"),
-                                                       ("accumulator slots lost", "xcp_acc_lost"))}
-            counted = ", ".join(f"{k} {v:.0f}" for k, v in late.items() if v > 0)
-            why.append("not exact: the XCP loop was late (" + (counted or "a counter not in the summary, e.g. late "
-                                                                 "probes: the point's xcp.json") + ")")
+        why = [f"not exact: {fault}" for fault in exactness_faults(r)]
         if _float(r.get("lateness_p99_over_tau")) > FIDELITY_BOUND:
             why.append(f"beyond the fidelity bound: p99 lateness > {FIDELITY_BOUND:g} x a frame's duration")
         out.append({"point": r.get("point", ""), "rep": r.get("rep", ""), "arch": r["arch"], "pacing": r["pacing"],

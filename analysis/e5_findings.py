@@ -236,20 +236,42 @@ def buffer_text(b: float) -> str:
     return f"{format_si(b, Dim.SIZE)} ({b / MSS_B:.3g} MSS)"
 
 
-def not_exact(g: pd.DataFrame) -> pd.Series:
-    """Per run: the emulation's decisions not exact: occupancy slots merged
-    (``occ_overflow`` > 0: ob/sb/wcsb admission an upper bound), ib decisions taken after
-    late arrivals (``core_late`` > 0: lateness beyond the voq qdisc's lookahead), or an
-    XCP loop that was not the one on the intended timeline (``xcp_exact`` = 0: an XCP
-    lateness counter above 0, e.g. rate changes applied after their instant,
-    docs/xcp-edge.md (d)); False where unknown (``xcp_exact`` is NaN without XCP)."""
-    out = pd.Series(False, index=g.index)
-    for column in ("occ_overflow", "core_late"):
-        if column in g:
-            out |= pd.to_numeric(g[column], errors="coerce") > 0
-    if "xcp_exact" in g:
-        out |= pd.to_numeric(g["xcp_exact"], errors="coerce") == 0
+def _cell(r: object, column: str) -> float:
+    """A summary cell as a number (nan when missing or not a number)."""
+    try:
+        return float(r.get(column))  # type: ignore[attr-defined, arg-type]
+    except (TypeError, ValueError):
+        return math.nan
+
+
+#: the XCP loop's lateness counters a fault names (summary column, what it counts)
+_XCP_COUNTERS = (("xcp_late_rates", "rate changes after their instant"),
+                 ("xcp_pacer_late", "pacer arrivals after their instant"),
+                 ("xcp_acc_late", "accumulator slots read late"), ("xcp_acc_lost", "accumulator slots lost"))
+
+
+def exactness_faults(r: object) -> list[str]:
+    """Why one run (a summary row) is not exact, [] when it is or nothing says otherwise:
+    occupancy slots merged (``occ_overflow`` > 0: ob/sb/wcsb admission an upper bound),
+    ib decisions taken after late arrivals (``core_late`` > 0: lateness beyond the voq
+    qdisc's lookahead), or an XCP loop that was not the one on the intended timeline
+    (``xcp_exact`` = 0: an XCP lateness counter above 0, docs/xcp-edge.md (d); NaN
+    without XCP)."""
+    out = []
+    if _cell(r, "occ_overflow") > 0:
+        out.append("more packets waiting in a node than the BPF tracks (admission an upper bound)")
+    if _cell(r, "core_late") > 0:
+        out.append("ib arrivals after their instant was decided (lateness beyond the lookahead)")
+    if _cell(r, "xcp_exact") == 0:
+        counted = ", ".join(f"{what} {_cell(r, c):.0f}" for c, what in _XCP_COUNTERS if _cell(r, c) > 0)
+        out.append("the XCP loop was late (" + (counted or "a counter not in the summary, e.g. late probes: "
+                                                 "the point's xcp.json") + ")")
     return out
+
+
+def not_exact(g: pd.DataFrame) -> pd.Series:
+    """Per run: :func:`exactness_faults` is not empty."""
+    return pd.Series([bool(exactness_faults(r)) for _, r in g.iterrows()], index=g.index, dtype=bool)
 
 
 def flagged(g: pd.DataFrame) -> pd.Series:

@@ -59,8 +59,9 @@ tier native "$py" -m pytest -q -p no:cacheprovider --junitxml="$junit/native.xml
 # adding a file.
 # Durations: pytest's are guest time (icount); the host-clock list is wall time.
 # COLUMNS=400: pytest cuts each line of its closing "short test summary" to the terminal's
-# width (80 when, as here, its output is a pipe), which left only "AssertionError" of a failure's message in
-# CI's tail; with 400 columns the message, and its numbers, stay on that line.
+# width (80 when, as here, its output is a pipe), which left only "AssertionError" of a
+# failure's message in CI's tail; with 400 columns the message, and its numbers, stay on
+# that line.
 select=(-m "not long")
 if [ "${TESTBED_LONG_TESTS:-0}" = 1 ]; then select=(); fi
 guest_shard() {
