@@ -17,7 +17,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 #: benchmark modules in run order (``testbed.benchmarks.<name>``)
-AREAS = ("setup", "switch", "traffic", "cc", "guest")
+AREAS = ("setup", "switch", "traffic", "cc", "xcp", "guest")
 
 
 @dataclass

@@ -70,6 +70,9 @@ def attr(kind: int, payload: bytes) -> bytes:
     return raw + b"\0" * (-len(raw) % 4)
 
 
+_ATTR = struct.Struct("=HH")
+
+
 def attrs(data: bytes) -> dict[int, bytes]:
     """{attribute type (flags masked off): payload} of a run of netlink attributes."""
     out, off = {}, 0
@@ -80,6 +83,21 @@ def attrs(data: bytes) -> dict[int, bytes]:
         out[kind & 0x3FFF] = data[off + 4:off + length]
         off += (length + 3) & ~3
     return out
+
+
+def find_attr(data: bytes, kind: int, start: int = 0, end: int | None = None) -> bytes | None:
+    """The payload of the first attribute of type ``kind`` (flags masked off) in the run
+    of attributes ``data[start:end]``, None without one: :func:`attrs` for one attribute
+    without building the others (the hot path of the per-interval class dumps)."""
+    off, stop = start, len(data) if end is None else end
+    while off + 4 <= stop:
+        length, k = _ATTR.unpack_from(data, off)
+        if length < 4:
+            return None
+        if k & 0x3FFF == kind:
+            return data[off + 4:off + length]
+        off += (length + 3) & ~3
+    return None
 
 
 def request(msg_type: int, flags: int, ifindex: int, payload: bytes = b"",

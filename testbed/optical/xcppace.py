@@ -138,6 +138,7 @@ SLOT_MEMBERS = ("interval", "bytes", "packets", "qmin_ns", "offered_bytes", "off
 XSTATS_SIZE = 8 * (len(XSTATS_MEMBERS) + LATE_BUCKETS + SLOTS * len(SLOT_MEMBERS))          # 736
 CLASS_XSTATS_MEMBERS = tuple(f.name for f in fields(ClassStats))[:-1]
 CLASS_XSTATS_SIZE = 8 * (len(CLASS_XSTATS_MEMBERS) + SLOTS * 3)                              # 168
+_CLASS_XSTATS = struct.Struct(f"={CLASS_XSTATS_SIZE // 8}Q")
 
 
 @dataclass(frozen=True)
@@ -212,9 +213,9 @@ def unpack_class_xstats(data: bytes) -> ClassStats:
     CLASS_XSTATS_SIZE bytes."""
     if len(data) != CLASS_XSTATS_SIZE:
         raise XcpPaceError(f"xcppace class counters are {len(data)} bytes, expected {CLASS_XSTATS_SIZE}")
-    v = struct.unpack(f"={CLASS_XSTATS_SIZE // 8}Q", data)
+    v = _CLASS_XSTATS.unpack(data)
     n = len(CLASS_XSTATS_MEMBERS)
-    slots = tuple((_opt(v[n + 3 * k]), v[n + 3 * k + 1], v[n + 3 * k + 2]) for k in range(SLOTS))
+    slots = tuple(zip(map(_opt, v[n::3]), v[n + 1::3], v[n + 2::3]))
     return ClassStats(*v[:n - 1], _opt(v[n - 1]), slots)
 
 
@@ -302,14 +303,22 @@ def _class_dump(dev: str, netns: str | None, session: qdiscnl.Session | None) ->
 
 def _classes(dev: str, netns: str | None, nclasses: int,
              session: qdiscnl.Session | None = None) -> tuple[ClassStats, ...]:
+    return classes_of(_class_dump(dev, netns, session), nclasses, dev)
+
+
+def classes_of(msgs: Sequence[bytes], nclasses: int, dev: str = "the device") -> tuple[ClassStats, ...]:
+    """The :class:`ClassStats` of classes 0..nclasses-1 from the RTM_NEWTCLASS messages
+    of a class dump (netlink header removed; class ``cls`` is the message of handle
+    minor cls + 1; other kinds' classes are skipped). Raises XcpPaceError when one is
+    missing or its counters have the wrong size."""
     got: dict[int, ClassStats] = {}
-    for msg in _class_dump(dev, netns, session):
+    kind = KIND.encode()
+    for msg in msgs:
         _fam, _idx, handle, _parent, _info = _TCM.unpack_from(msg)
-        a = qdiscnl.attrs(msg[_TCM.size:])
-        if a.get(qdiscnl.TCA_KIND, b"").rstrip(b"\0").decode() != KIND:
+        if (qdiscnl.find_attr(msg, qdiscnl.TCA_KIND, _TCM.size) or b"").rstrip(b"\0") != kind:
             continue
-        app = qdiscnl.attrs(a.get(qdiscnl.TCA_STATS2, b"")).get(qdiscnl.TCA_STATS_APP, b"")
-        got[(handle & 0xFFFF) - 1] = unpack_class_xstats(app)
+        stats = qdiscnl.find_attr(msg, qdiscnl.TCA_STATS2, _TCM.size) or b""
+        got[(handle & 0xFFFF) - 1] = unpack_class_xstats(qdiscnl.find_attr(stats, qdiscnl.TCA_STATS_APP) or b"")
     missing = [k for k in range(nclasses) if k not in got]
     if missing:
         raise XcpPaceError(f"the class dump of {dev} lacks classes {missing} of {nclasses}")

@@ -318,6 +318,32 @@ def test_xcppace_on_a_vanished_namespace_names_it_and_the_device(fake, monkeypat
             xcppace.set_rates("up", "tbx1", [xcppace.RateChange(0, 1, 2)], session=s)
 
 
+def test_find_attr_gives_the_first_payload_of_a_type_with_its_flags_masked_within_the_span():
+    run = rta(1, b"ab") + rta(0x8000 | 7, rta(4, b"app")) + rta(7, b"second")
+    assert qdiscnl.find_attr(run, 7) == rta(4, b"app")              # NLA_F_NESTED masked off; the first of two
+    assert qdiscnl.find_attr(run, 1) == b"ab" and qdiscnl.find_attr(run, 2) is None
+    assert qdiscnl.find_attr(b"xx" + run, 1, start=2) == b"ab"
+    assert qdiscnl.find_attr(run, 7, end=8) is None                   # the span ends before it
+    assert qdiscnl.find_attr(struct.pack("=HH", 2, 1), 1) is None     # a length below the header ends the run
+
+
+def test_classes_of_skips_other_kinds_and_names_a_missing_class():
+    opts = xcppace.XcpPaceOptions(2, 80_000, 2_000_000, 250_000_000, 1_000_000, 0, 10**9, (1, 2))
+    answer = xcppace_kernel(opts, (9, 3000, 2, 40_000, 4000, 3), [(9, 1000, 1), (5, 777, 7)])
+    datagram = answer(RTM_GETTCLASS, NLM_F_DUMP, 1, b"")[0]
+    msgs, off = [], 0
+    while off < len(datagram):
+        length, mtype = struct.unpack_from("=IH", datagram, off)
+        if mtype == RTM_NEWTCLASS:
+            msgs.append(datagram[off + 16:off + length])
+        off += (length + 3) & ~3
+    foreign = qdisc(1, 3, "htb", parent=0x10000, app=b"\0" * 8, mtype=RTM_NEWTCLASS, handle=0x10001)[16:]
+    got = xcppace.classes_of([foreign] + msgs, 2)
+    assert [c.slots[9 % SLOTS] for c in got] == [(9, 1000, 1), (5, 777, 7)]
+    with pytest.raises(xcppace.XcpPaceError, match=r"the class dump of up lacks classes \[1\] of 2"):
+        xcppace.classes_of([foreign, msgs[0]], 2, "up")
+
+
 # -- XcpIo: one session per edge namespace ----------------------------------------------------------
 def test_xcp_io_keeps_one_session_per_existing_edge_namespace(monkeypatch):
     from controllers import xcp_io

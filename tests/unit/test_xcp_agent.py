@@ -297,15 +297,28 @@ class Scripted:
         self.slots[node][port][k % 4] = AccSlot(k, nbytes, qmin_ns, nbytes // PKT, drops)
 
 
+def via(core: tuple[str, int], dst: str, prop_s: float, c0_out: int, c0_back: int, cls: int = 0
+        ) -> tuple[CoreConfig, MacroflowConfig]:
+    """Core ``core`` (name, id) behind c0's port ``c0_out`` over a link of ``prop_s``, and
+    the macroflow i0 -> c0 -> core -> ``dst`` (class ``cls``, back into i0 through c0's
+    port ``c0_back``), 100 Mb/s, edge links 0.1 ms."""
+    name, node_id = core
+    c = CoreConfig(name, node_id, (OutputConfig(0, 100e6, dst, 0.0001), OutputConfig(1, 100e6, "c0", prop_s)))
+    mf = MacroflowConfig(f"i0-{dst}", cls, "i0", dst, "data", (HopConfig("i0", 0), HopConfig("c0", c0_out),
+                                                                HopConfig(name, 0)),
+                         (ReverseHopConfig(dst, 0, name, 0.0001), ReverseHopConfig(name, 1, "c0", prop_s),
+                          ReverseHopConfig("c0", c0_back, "i0", 0.0001)), 20e6, start_active=True)
+    return c, mf
+
+
+EDGE_I0 = EdgeConfig("i0", 0, "ns-i0", "i0-eth0", 0, 100e6, "c0", 0.0001)
+
+
 def chain_config(tdf: float = 10.0) -> AgentConfig:
     """i0 -> c0 -> c1 -> o0, 100 Mb/s everywhere; props 0.1 ms, 2 ms, 0.1 ms."""
     c0 = CoreConfig("c0", 1, (OutputConfig(0, 100e6, "c1", 0.002), OutputConfig(1, 100e6, "i0", 0.0001)))
-    c1 = CoreConfig("c1", 2, (OutputConfig(0, 100e6, "o0", 0.0001), OutputConfig(1, 100e6, "c0", 0.002)))
-    e = EdgeConfig("i0", 0, "ns-i0", "i0-eth0", 0, 100e6, "c0", 0.0001)
-    mf = MacroflowConfig("i0-o0", 0, "i0", "o0", "data", (HopConfig("i0", 0), HopConfig("c0", 0), HopConfig("c1", 0)),
-                         (ReverseHopConfig("o0", 0, "c1", 0.0001), ReverseHopConfig("c1", 1, "c0", 0.002),
-                          ReverseHopConfig("c0", 1, "i0", 0.0001)), 20e6, start_active=True)
-    return AgentConfig(5 * NS, tdf, (c0, c1), (e,), (mf,), margin_ns=1_000_000, rate_delay_s=0.0005)
+    c1, mf = via(("c1", 2), "o0", 0.002, 0, 1)
+    return AgentConfig(5 * NS, tdf, (c0, c1), (EDGE_I0,), (mf,), margin_ns=1_000_000, rate_delay_s=0.0005)
 
 
 def scripted_chain() -> tuple[AgentConfig, Scripted, XcpAgent]:
@@ -443,7 +456,37 @@ def test_a_late_agent_counts_its_late_rate_changes_and_lag():
     s = agent.summary()
     assert s["late_rates"] == 1 and s["max_rate_late_ns"] > 0
     assert s["decision_lag_ns"]["max"] == cfg.interval_ns // 2
+    assert [st["late_rates"] for st in s["steps"]] == [1]
     assert not s["exact"]
+
+
+def two_paths_config(tdf: float = 10.0) -> AgentConfig:
+    """i0 -> c0 -> c1 -> o0 over a 1 ms link (class 0, a probe back after ~2.4 ms paper)
+    and i0 -> c0 -> c2 -> o1 over a 30 ms link (class 1, ~60 ms); 100 Mb/s everywhere."""
+    c0 = CoreConfig("c0", 1, (OutputConfig(0, 100e6, "c1", 0.001), OutputConfig(1, 100e6, "c2", 0.03),
+                              OutputConfig(2, 100e6, "i0", 0.0001)))
+    c1, fast = via(("c1", 2), "o0", 0.001, 0, 2)
+    c2, slow = via(("c2", 3), "o1", 0.03, 1, 2, cls=1)
+    return AgentConfig(5 * NS, tdf, (c0, c1, c2), (EDGE_I0,), (fast, slow), margin_ns=1_000_000,
+                       rate_delay_s=0.0005)
+
+
+def test_a_step_hands_over_the_changes_due_first_before_advancing_the_rest_of_the_interval():
+    cfg = two_paths_config()
+    dp = Scripted(cfg)
+    agent = XcpAgent(cfg, dp)
+    handed: list[tuple[int, list[RateChange]]] = []        # (the agent's horizon, the changes) per request
+    dp.set_rates = lambda edge, changes: handed.append((agent.horizon, list(changes)))  # type: ignore[method-assign]
+    agent.start()
+    handed.clear()
+    dp.sleep_until(agent.deadline())
+    agent.step()                       # interval 0 decided; the probes sent at E + d_e go out and come back
+    boundary, d_e, delta = cfg.epoch_ns + cfg.interval_ns, cfg.interval_ns, agent.delta_e
+    assert [h for h, _ in handed] == [boundary + d_e // 8, boundary + d_e]
+    (h1, early), (h2, late) = handed
+    assert [c.cls for c in early] == [0] and [c.cls for c in late] == [1]
+    assert early[0].effective_ns - delta < h1 <= late[0].effective_ns - delta < h2
+    assert agent.steps[-1]["rate_changes"] == 2 and agent.steps[-1]["late_rates"] == 0
 
 
 # -- configuration --------------------------------------------------------------------------------------
