@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One idempotent set-up step for a Debian 12 host (called by `make setup`).
 # Installs missing apt packages, creates .venv from /usr/bin/python3 with
-# --system-site-packages (so Debian's mininet and bcc import), installs the pinned
+# --system-site-packages (so Debian's mininet imports), installs the pinned
 # requirements and the package (editable). On a prepared machine every step is a
 # check that takes milliseconds: nothing is reinstalled.
 set -euo pipefail

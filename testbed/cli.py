@@ -33,7 +33,7 @@ commands and examples:
              testbed cc load sawl --param p=4 --param tau_ns=1200000
              testbed cc set-default saw --netns ot1a2b-h1
              testbed cc unload saw
-  trace    live cwnd / ssthresh / srtt / RTO / in-flight of TCP sockets (bcc, tcp:tcp_probe)
+  trace    live cwnd / ssthresh / srtt / RTO / in-flight of TCP sockets (CO-RE BPF, tcp:tcp_probe)
              testbed trace cwnd --port 5201
              testbed trace cwnd --host ot1a2b-h1 --csv results/trace.csv
 
@@ -162,8 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
     tr = sub.add_parser("trace", help="live TCP state (cwnd, ssthresh, srtt, RTO, in flight)",
                         formatter_class=argparse.RawDescriptionHelpFormatter,
                         description="Stream the state of matching TCP sockets from the tcp:tcp_probe "
-                        "tracepoint (and retransmissions / RTO expiries) with bcc. Needs root and the "
-                        "running kernel's headers: use it in the guest.",
+                        "tracepoint (and retransmissions / RTO expiries) with a CO-RE BPF program "
+                        "(ebpf/cwndtrace, built by make). Needs root and a kernel with BTF and kprobes: "
+                        "the guest, or any stock kernel.",
                         epilog="examples:\n  testbed trace cwnd --port 5201\n"
                         "  testbed trace cwnd --host ot1a2b-h1 --csv /tmp/cwnd.csv --duration 10\n"
                         "  testbed guest -- testbed trace cwnd --out results/traces --duration 5")

@@ -47,6 +47,7 @@ class Feature(StrEnum):
     OVS_KERNEL = "ovs-kernel"
     OVS_USERSPACE = "ovs-userspace"
     TRACEPOINTS = "tracepoints"
+    KPROBES = "kprobes"
     NETNS = "netns"
 
 
@@ -56,6 +57,7 @@ FEATURES: tuple[Feature, ...] = tuple(Feature)
 KVM = "kvm"
 KVM_MARKER = "OT-KVM-OK"
 VMLINUX_BTF = Path("/sys/kernel/btf/vmlinux")
+KPROBE_PMU = Path("/sys/bus/event_source/devices/kprobe")
 STRUCT_OPS_TYPE = "bpf_struct_ops_tcp_congestion_ops"
 PROBE_NS_PREFIX = "ot-probe-"
 # Interface names used inside the probe namespace only (never in the root namespace).
@@ -379,6 +381,19 @@ def probe_tracepoints() -> Probe:
             _run(["umount", tmp])
 
 
+def probe_kprobes() -> Probe:
+    """The perf ``kprobe`` event source (Linux >= 4.17) or tracefs ``kprobe_events``: how
+    libbpf attaches a kprobe (the cwnd tracer's timer probes, ebpf/cwndtrace.bpf.c)."""
+    pmu = KPROBE_PMU
+    if pmu.is_dir():
+        return Probe(Feature.KPROBES, True, f"{pmu} exists (perf kprobe events)")
+    mounted = _tracefs_mount()
+    if mounted is not None and (mounted / "kprobe_events").exists():
+        return Probe(Feature.KPROBES, True, f"{mounted}/kprobe_events exists (legacy kprobe events)")
+    return Probe(Feature.KPROBES, False, f"no {pmu}, and no kprobe_events in a mounted tracefs (libbpf "
+                                         "attaches kprobes through one of them; CONFIG_KPROBE_EVENTS)")
+
+
 def probe_netns() -> Probe:
     ns = _new_ns_name()
     res = _run(["ip", "netns", "add", ns])
@@ -402,6 +417,7 @@ PROBES: dict[Feature, Callable[[], Probe]] = {
     Feature.OVS_KERNEL: probe_ovs_kernel,
     Feature.OVS_USERSPACE: probe_ovs_userspace,
     Feature.TRACEPOINTS: probe_tracepoints,
+    Feature.KPROBES: probe_kprobes,
     Feature.NETNS: probe_netns,
 }
 

@@ -16,7 +16,8 @@ shard1=(tests/guest/test_optical_switch.py tests/guest/test_guest_killed_run.py 
         tests/native/test_features.py tests/bpf)
 shard2=(tests/guest/test_netem_path.py tests/guest/test_e3_kernel_datapath.py tests/guest/test_cc_profiles.py
         tests/guest/test_obs_fabric.py tests/guest/test_xcppace.py tests/guest/test_hostnic.py
-        tests/guest/test_e2_run.py tests/guest/test_e5_run.py tests/guest/test_xcp_edge.py)
+        tests/guest/test_e2_run.py tests/guest/test_e5_run.py tests/guest/test_xcp_edge.py
+        tests/guest/test_cwndtrace.py)
 for f in tests/guest/test_*.py; do
   n=0
   for g in "${shard1[@]}" "${shard2[@]}"; do [ "$g" = "$f" ] && n=$((n + 1)); done

@@ -5,5 +5,5 @@
   bbr, paced-reno) applied to one emulated host, with their paper-vs-kernel notes
 * :mod:`testbed.cc.sockops`   per-host initial RTO through a sock_ops program
 * :mod:`testbed.cc.selection` the ``[cca]`` table of experiment definitions
-* :mod:`testbed.cc.trace`     live cwnd / RTO / in-flight tracing (bcc, tcp_probe)
+* :mod:`testbed.cc.trace`     live cwnd / RTO / in-flight tracing (CO-RE BPF, tcp_probe)
 """

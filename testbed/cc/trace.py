@@ -1,7 +1,8 @@
-"""Live TCP state from the ``tcp:tcp_probe`` tracepoint, with bcc.
+"""Live TCP state from the ``tcp:tcp_probe`` tracepoint, with a CO-RE BPF program.
 
-``CwndTracer`` attaches (bcc compiles it in the running kernel, so it needs that
-kernel's headers: run it in the full-kernel guest) to
+``CwndTracer`` runs ``ebpf/cwndtrace`` (the loader of ``ebpf/cwndtrace.bpf.c``, built by
+``make``; root and a kernel with BTF and kprobes: the full-kernel guest, or any stock
+kernel) which attaches to
 
 * ``tcp:tcp_probe`` (raw tracepoint): every segment a socket receives in the
   established state, *before* it is processed -> ``event = "ack"``;
@@ -20,6 +21,13 @@ congestion state, MSS, snd_una / snd_nxt and the tracepoint's data length. The r
 tracepoint form reads the socket itself, so RTO and in-flight are available, which
 the tracepoint's own fields do not carry. Filters: a network namespace (host) and a
 TCP port (either end).
+
+The program is compiled once, at build time, against the build host's BTF and relocated
+at load (CO-RE); it used to be bcc, compiled in the running kernel at every start
+(minutes under TCG). The loader streams ``struct cwnd_event`` records (ebpf/cwndtrace.h:
+:data:`EVENT`, checked against the object's BTF by tests/unit/test_btf_layout.py) on its
+standard output: READY once attached, the events, LOST whenever the count of events its
+ring buffer had no room for grows, END with that count when its standard input closes.
 """
 
 from __future__ import annotations
@@ -28,6 +36,8 @@ import csv
 import os
 import socket
 import struct
+import subprocess
+import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, fields
@@ -41,151 +51,25 @@ EVENTS = {0: "ack", 1: "retrans", 2: "rto", 3: "arm"}
 TCP_STATES = {1: "established", 2: "syn_sent", 3: "syn_recv", 4: "fin_wait1", 5: "fin_wait2",
               6: "time_wait", 7: "close", 8: "close_wait", 9: "last_ack", 10: "listen", 11: "closing"}
 
-_PROGRAM = r"""
-#include <uapi/linux/ptrace.h>
-#include <net/sock.h>
-#include <net/tcp.h>
-#include <net/inet_connection_sock.h>
-
-struct event_t {
-    u64 ts_ns;
-    u32 netns;
-    u32 saddr;
-    u32 daddr;
-    u16 sport;
-    u16 dport;
-    u8  type;
-    u8  ca_state;
-    u16 data_len;
-    u32 cwnd;
-    u32 ssthresh;
-    u32 srtt_us;
-    u32 rto_jiffies;
-    u32 packets_out;
-    u32 sacked_out;
-    u32 lost_out;
-    u32 retrans_out;
-    u32 mss;
-    u32 snd_una;
-    u32 snd_nxt;
-    u32 total_retrans;
-    u32 reordering;
-    u8  state;
-    u8  pad[3];
-};
-
-BPF_PERF_OUTPUT(events);
-
-/* TB_CHANGES: an "ack" event only when cwnd, ssthresh, the congestion state or the
- * reordering degree differ from the socket's previous one */
-struct seen_t {
-    u32 cwnd;
-    u32 ssthresh;
-    u32 reordering;
-    u8 ca_state;
-    u8 pad[3];
-};
-BPF_HASH(last_seen, u64, struct seen_t, 4096);
-
-/* Explicit reads: bcc only rewrites dereferences inside the probe functions
- * themselves, not in helpers they call. */
-#define RD(dst, src) bpf_probe_read_kernel(&(dst), sizeof(dst), (const void *)&(src))
-
-static __always_inline int emit(void *ctx, struct sock *sk, struct sk_buff *skb, u8 type)
-{
-    u16 family = 0, sport = 0, dport = 0;
-    struct net *net = NULL;
-    u32 netns = 0;
-    RD(family, sk->__sk_common.skc_family);
-    if (family != AF_INET)
-        return 0;
-    RD(sport, sk->__sk_common.skc_num);
-    RD(dport, sk->__sk_common.skc_dport);
-    dport = ntohs(dport);
-    if (TB_PORT && sport != TB_PORT && dport != TB_PORT)
-        return 0;
-    RD(net, sk->__sk_common.skc_net.net);
-    if (net)
-        RD(netns, net->ns.inum);
-    if (TB_NETNS && netns != TB_NETNS)
-        return 0;
-    struct tcp_sock *tp = (struct tcp_sock *)sk;
-    struct inet_connection_sock *icsk = (struct inet_connection_sock *)sk;
-    struct event_t e = {};
-    u8 bits = 0;
-    u32 srtt = 0, len = 0;
-    e.ts_ns = bpf_ktime_get_ns();
-    e.netns = netns;
-    RD(e.saddr, sk->__sk_common.skc_rcv_saddr);
-    RD(e.daddr, sk->__sk_common.skc_daddr);
-    e.sport = sport;
-    e.dport = dport;
-    e.type = type;
-    /* icsk_ca_state is a 5-bit field in the byte before icsk_retransmits */
-    bpf_probe_read_kernel(&bits, 1, ((u8 *)&icsk->icsk_retransmits) - 1);
-    e.ca_state = bits & 0x1f;
-    if (skb) {
-        RD(len, skb->len);
-        e.data_len = len;
-    }
-    RD(e.cwnd, tp->snd_cwnd);
-    RD(e.ssthresh, tp->snd_ssthresh);
-    RD(srtt, tp->srtt_us);
-    e.srtt_us = srtt >> 3;
-    RD(e.rto_jiffies, icsk->icsk_rto);
-    RD(e.packets_out, tp->packets_out);
-    RD(e.sacked_out, tp->sacked_out);
-    RD(e.lost_out, tp->lost_out);
-    RD(e.retrans_out, tp->retrans_out);
-    RD(e.mss, tp->mss_cache);
-    RD(e.snd_una, tp->snd_una);
-    RD(e.snd_nxt, tp->snd_nxt);
-    RD(e.total_retrans, tp->total_retrans);
-    RD(e.reordering, tp->reordering);
-    RD(e.state, sk->__sk_common.skc_state);
-    if (TB_CHANGES && type == 0) {
-        u64 key = (u64)sk;
-        struct seen_t now = {.cwnd = e.cwnd, .ssthresh = e.ssthresh, .reordering = e.reordering,
-                             .ca_state = e.ca_state};
-        struct seen_t *old = last_seen.lookup(&key);
-        if (old && old->cwnd == now.cwnd && old->ssthresh == now.ssthresh &&
-            old->reordering == now.reordering && old->ca_state == now.ca_state)
-            return 0;
-        last_seen.update(&key, &now);
-    }
-    events.perf_submit(ctx, &e, sizeof(e));
-    return 0;
-}
-
-RAW_TRACEPOINT_PROBE(tcp_probe)
-{
-    return emit(ctx, (struct sock *)ctx->args[0], (struct sk_buff *)ctx->args[1], 0);
-}
-
-RAW_TRACEPOINT_PROBE(tcp_retransmit_skb)
-{
-    return emit(ctx, (struct sock *)ctx->args[0], NULL, 1);
-}
-
-int kprobe__tcp_retransmit_timer(struct pt_regs *ctx, struct sock *sk)
-{
-    return emit(ctx, sk, NULL, 2);
-}
-"""
-
-_ARM_PROBE = r"""
-int kprobe__tcp_rearm_rto(struct pt_regs *ctx, struct sock *sk)
-{
-    return emit(ctx, sk, NULL, 3);
-}
-"""
-
-_FMT = "=QIIIHHBBHIIIIIIIIIIIIIB3x"
-_SIZE = struct.calcsize(_FMT)
+#: the loader (ebpf/cwndtrace.c, ``make`` builds it)
+LOADER = Path(__file__).resolve().parents[2] / "ebpf" / "cwndtrace"
+#: ``struct cwnd_event`` (ebpf/cwndtrace.h), host byte order, members in this order
+EVENT_MEMBERS = ("ts_ns", "netns", "saddr", "daddr", "sport", "dport", "type", "ca_state", "data_len", "cwnd",
+                 "ssthresh", "srtt_us", "rto_jiffies", "packets_out", "sacked_out", "lost_out", "retrans_out",
+                 "mss", "snd_una", "snd_nxt", "total_retrans", "reordering", "state")
+EVENT = struct.Struct("=QIIIHHBBHIIIIIIIIIIIIIB7x")
+#: the loader's own records (enum cwnd_event_type): the events lost so far, when that
+#: number grows; first, once attached; last, on a clean stop (ts_ns: the lost events)
+EV_LOST, EV_READY, EV_END = 0xFD, 0xFE, 0xFF
+#: how long the loader may take to load and attach (s; CO-RE relocation reads the
+#: kernel's BTF, seconds under TCG)
+START_TIMEOUT_S = 300.0
+#: how long stop() waits for the loader to drain and exit (s)
+STOP_TIMEOUT_S = 60.0
 
 
 class TraceError(TestbedError):
-    """The tracer could not start (no bcc, no kernel headers, not root)."""
+    """The tracer could not start (loader not built, not root, no BTF or kprobes)."""
 
 
 @dataclass
@@ -239,7 +123,9 @@ class CwndTracer:
     events: ``rto_s`` is the RTO being armed). ``changes_only``: an ``"ack"`` sample only
     when cwnd, ssthresh, the congestion state or the reordering degree changed since the
     socket's previous one (a long flow at a steady window then costs a few samples, not
-    one per ACK). ``lost``: samples the perf buffer dropped (the reader fell behind).
+    one per ACK). ``lost``: samples the ring buffer had no room for (the reader fell
+    behind), since the start, updated while it runs (within ~0.1 s); ``complete``: the
+    loader stopped cleanly (its END record came), so ``samples`` and ``lost`` are whole.
     """
 
     def __init__(self, *, netns: str | None = None, port: int = 0, hz: int | None = None,
@@ -249,15 +135,16 @@ class CwndTracer:
         self.netns, self.port, self.on_sample, self.arm = netns, port, on_sample, arm
         self.changes_only = changes_only
         self.lost = 0
+        self.complete = False
         if hz is None:
             from testbed.cc.sockops import kernel_hz
             hz = kernel_hz()
         self.hz = hz
         self.samples: list[Sample] = []
-        self._stop = threading.Event()
+        self._ready = threading.Event()
         self._thread: threading.Thread | None = None
-        self._bpf = None
-        self._t0 = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._err: IO[bytes] | None = None
 
     def __enter__(self) -> "CwndTracer":
         self.start()
@@ -266,37 +153,73 @@ class CwndTracer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def start(self) -> None:
-        try:
-            from bcc import BPF  # Debian python3-bpfcc (venv with system site packages)
-        except ImportError as exc:
-            raise TraceError(f"bcc is not importable ({exc}): install python3-bpfcc and use the venv "
-                             "made with --system-site-packages") from None
-        ino = netns_inode(self.netns) if self.netns else 0
-        text = (_PROGRAM + (_ARM_PROBE if self.arm else "")).replace("TB_PORT", str(int(self.port))) \
-            .replace("TB_NETNS", f"{ino}U").replace("TB_CHANGES", "1" if self.changes_only else "0")
-        try:
-            self._bpf = BPF(text=text)
-        except Exception as exc:
-            raise TraceError(f"bcc could not compile/attach the tracer ({exc}); it needs root and the "
-                             "running kernel's headers: run it in the guest (testbed guest -- ...)") from None
-        self._t0 = time.monotonic_ns()
-        self._bpf["events"].open_perf_buffer(self._handle, page_cnt=256, lost_cb=self._lost)
-        self._thread = threading.Thread(target=self._poll, name="cwnd-tracer", daemon=True)
+    def argv(self) -> list[str]:
+        """The loader's command line for this tracer's filters."""
+        argv = [str(LOADER), "--port", str(int(self.port))]
+        if self.netns:
+            argv += ["--netns-inum", str(netns_inode(self.netns))]
+        if self.changes_only:
+            argv.append("--changes")
+        if self.arm:
+            argv.append("--arm")
+        return argv
+
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Start the loader and return once every probe is attached. Raises TraceError
+        when the loader is not built, refuses (not root, no BTF, no kprobes: its message)
+        or is not attached within ``timeout_s``."""
+        if not os.access(LOADER, os.X_OK):
+            raise TraceError(f"{LOADER} is not built: run `make` (ebpf/Makefile builds it)")
+        self._err = tempfile.TemporaryFile()     # a file, not a pipe: libbpf's messages cannot fill it
+        self._proc = subprocess.Popen(self.argv(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=self._err)
+        self._thread = threading.Thread(target=self._read, name="cwnd-tracer", daemon=True)
         self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._ready.wait(0.1):
+            if self._proc.poll() is not None or time.monotonic() > deadline:
+                why = self._failure()
+                self.stop()
+                raise TraceError(f"the cwnd tracer did not start: {why}")
 
-    def _poll(self) -> None:
-        while not self._stop.is_set():
-            self._bpf.perf_buffer_poll(timeout=100)  # type: ignore[union-attr]
+    def _failure(self) -> str:
+        """Stop a loader that did not become ready; what it said (or that it timed out)."""
+        assert self._proc is not None
+        if self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+            return f"not attached within the timeout (killed); {self._stderr() or 'no message'}"
+        return f"{self._stderr() or 'no message'} (exit status {self._proc.returncode})"
 
-    def _lost(self, count: int) -> None:
-        self.lost += count
+    def _stderr(self) -> str:
+        """What the loader wrote on its standard error, on one line."""
+        if self._err is None:
+            return ""
+        self._err.seek(0)
+        text = self._err.read().decode(errors="replace").strip()
+        return " | ".join(line for line in text.splitlines() if line)
 
-    def _handle(self, cpu: int, data: int, size: int) -> None:
-        import ctypes
+    def _read(self) -> None:
+        """The loader's records until END or EOF (the reader thread)."""
+        assert self._proc is not None and self._proc.stdout is not None
+        out = self._proc.stdout
+        while True:
+            raw = out.read(EVENT.size)
+            if len(raw) < EVENT.size:
+                return
+            v = EVENT.unpack(raw)
+            typ = v[6]
+            if typ == EV_READY:
+                self._ready.set()
+            elif typ == EV_LOST:
+                self.lost = v[0]
+            elif typ == EV_END:
+                self.lost, self.complete = v[0], True
+                return
+            else:
+                self._handle(v)
 
-        raw = ctypes.string_at(data, _SIZE)
-        v = struct.unpack(_FMT, raw)
+    def _handle(self, v: tuple[int, ...]) -> None:
         (ts, netns, saddr, daddr, sport, dport, typ, state, dlen, cwnd, ssth, srtt, rto, pout,
          sacked, lost, retrans, mss, una, nxt, total, reordering, sk_state) = v
         s = Sample(t_s=ts / 1e9, event=EVENTS.get(typ, str(typ)), netns=netns,
@@ -313,16 +236,29 @@ class CwndTracer:
             self.on_sample(s)
 
     def stop(self) -> None:
-        """Drain what is buffered and detach."""
-        if self._bpf is None:
+        """Drain what is buffered and detach (the loader exits once its standard input
+        closes); idempotent. A loader that does not exit within STOP_TIMEOUT_S is killed
+        (``complete`` stays False)."""
+        proc, self._proc = self._proc, None
+        if proc is None:
             return
-        self._bpf.perf_buffer_poll(timeout=200)
-        self._stop.set()
+        assert proc.stdin is not None
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
         if self._thread:
-            self._thread.join(timeout=5)
-        self._bpf.perf_buffer_poll(timeout=50)
-        self._bpf.cleanup()
-        self._bpf = None
+            self._thread.join(timeout=STOP_TIMEOUT_S)
+        try:
+            proc.wait(timeout=5 if self.complete else 1)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+        if self._err is not None:
+            self._err.close()
+            self._err = None
 
 
 def write_csv(samples: list[Sample], path: Path) -> None:

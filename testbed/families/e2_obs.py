@@ -139,7 +139,7 @@ class E2Obs(FlowFamily):
               "RTO = SRTT + 4 RTTVAR after the first data segment (ns-2: max(RTO, SRTT + 4 RTTVAR)); the "
               "class's RTO (30 ms / 10.5 ms) is the initial RTO either way", lo=0, hi=60),
         Param("cca", "choice", "sack", "congestion-control profile of every host (paper: sack)", choices=CCAS),
-        Param("trace_cwnd", "bool", True, "trace the first source's cwnd live (bcc; compiled once per fabric)"),
+        Param("trace_cwnd", "bool", True, "trace the first source's cwnd live (CO-RE BPF, ebpf/cwndtrace)"),
     )
     metrics = (
         Metric("throughput_bps", "bit/s", "aggregate average throughput in the window, as N_paper sources: "
@@ -270,7 +270,7 @@ class E2Obs(FlowFamily):
         key = (cls.fabric_key(fp.values, fp.ctx.tdf), netns)
 
         def make() -> CwndTracer:
-            fp.ctx.progress("compiling the cwnd tracer (bcc; once per fabric)")
+            fp.ctx.progress("starting the cwnd tracer (once per fabric)")
             return CwndTracer(netns=netns)
 
         return fp.ctx.keep("cwnd-tracer", key, make)

@@ -35,7 +35,7 @@ RTT-before, the duplicate ACKs (RFC 5681) and the out-of-order arrivals before a
 after the move; the traffic agent's receive counts give the same series from the
 receiving socket; kernel counters of sender and receiver (testbed.cc.lossdetect),
 snapshot at the move, give reordering detections, recoveries, undos and
-retransmissions before and after it; a live trace of the sender's socket (bcc) gives
+retransmissions before and after it; a live trace of the sender's socket (testbed.cc.trace) gives
 cwnd, ssthresh and the reordering degree; tcp_info gives the share of time the
 receiver's window (or the send buffer) held the sender; the routers' qdiscs give the
 drops (none expected: the links are over-provisioned).
@@ -123,7 +123,7 @@ class E4FlowMove(FlowFamily):
         Param("emulated_rate", Dim.RATE, "20 Mbit/s", "limit_rate as the emulation runs it: D = tdf x "
               "limit_rate / emulated_rate (at least 1)", lo=1e5, hi=10e9),
         Param("cca", "choice", "cubic", "congestion control of the sender (paper: cubic)", choices=CCAS),
-        Param("trace_cwnd", "bool", True, "trace the sender's cwnd, ssthresh and reordering live (bcc)"),
+        Param("trace_cwnd", "bool", True, "trace the sender's cwnd, ssthresh and reordering live (CO-RE BPF, ebpf/cwndtrace)"),
         Param("capture", "bool", True, "capture the receiver's link (tcpdump, headers) for the series, "
               "duplicate ACKs and reordering"),
     )
@@ -379,7 +379,7 @@ class E4FlowMove(FlowFamily):
         netns = fp.emu[SENDER].netns
 
         def make() -> CwndTracer:
-            fp.ctx.progress("compiling the cwnd tracer (bcc; once per network)")
+            fp.ctx.progress("starting the cwnd tracer (once per network)")
             return CwndTracer(netns=netns, changes_only=True)
 
         return fp.ctx.keep("cwnd-tracer", (cls.fabric_key(fp.values, fp.ctx.tdf), netns), make)

@@ -2,7 +2,7 @@
 
 Two hosts over one emulated link (HTB rate, netem delay and random loss in both
 directions), time dilation D = 20 applied to every paper time (the paper's 1 ms
-initial RTO becomes 20 ms = 5 jiffies at HZ=250). One bcc tracer (the same one
+initial RTO becomes 20 ms = 5 jiffies at HZ=250). One cwnd tracer (the same one
 ``testbed trace cwnd`` uses) watches every socket for the whole module; each test
 checks its profile's invariants on what the tracer saw, never on our own code:
 
@@ -86,8 +86,8 @@ def setup_module() -> None:
 
 @pytest.fixture(scope="module")
 def tracer():
-    # one tracer (one bcc compile, minutes under TCG) for every test; its "arm" events
-    # (timer armings) are used by the first-data test only, core() drops them elsewhere
+    # one tracer for every test; its "arm" events (timer armings) are used by the
+    # first-data test only, core() drops them elsewhere
     t = CwndTracer(arm=True)
     t.start()
     yield t

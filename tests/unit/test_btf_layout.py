@@ -134,7 +134,12 @@ def test_reader_agrees_with_bpftool_on_every_object():
             if r["kind"] == "ARRAY":
                 assert (t.ref, t.nelems) == (r["type_id"], r["nr_elems"]), (obj.name, r)
             if "values" in r:
-                assert [v for _n, v in t.values] == [v["val"] for v in r["values"]], (obj.name, r)
+                # bpftool prints a 4-byte unsigned enum's value through a signed 32-bit
+                # member, sign-extended to 64 bits (rpm_status's -1 as 2^64 - 1); compare
+                # the value's own width
+                width = 8 * t.size if r["kind"] == "ENUM" else 64
+                assert [v for _n, v in t.values] == [v["val"] % (1 << width) if r.get("encoding") == "UNSIGNED"
+                                                     else v["val"] for v in r["values"]], (obj.name, r)
 
 
 TINY = """
@@ -457,3 +462,32 @@ def test_tcp_rto_pacing_cap_is_the_one_the_profile_records():
     """The SO_MAX_PACING_RATE the program sets (tcp_rto.h) is the value settings() records."""
     m = _macros(EBPF / "tcp_rto.h")
     assert m["TCP_RTO_MAX_PACING_RATE"] == sockops.MAX_PACING_RATE_BYTES_PER_S == 2**32 - 2
+
+
+# ---- cwndtrace (ebpf/cwndtrace.h <-> testbed/cc/trace.py, through ebpf/cwndtrace's stream) ----
+
+@pytest.fixture(scope="module")
+def cwndtrace() -> Btf:
+    return _object("cwndtrace")
+
+
+def test_cwnd_event_is_what_the_tracer_parses(cwndtrace):
+    from testbed.cc import trace
+
+    assert cwndtrace.size("cwnd_event") == trace.EVENT.size
+    vals = {k: v for k, v in distinct_values(cwndtrace, "cwnd_event").items() if not k.startswith("pad")}
+    assert set(vals) == set(trace.EVENT_MEMBERS)
+    got = dict(zip(trace.EVENT_MEMBERS, trace.EVENT.unpack(cwndtrace.encode("cwnd_event", vals))))
+    assert got == vals
+
+
+def test_cwnd_event_types_and_the_programs_maps_and_rodata(cwndtrace):
+    from testbed.cc import trace
+
+    types = cwndtrace.enum("cwnd_event_type")
+    assert {types[f"CWND_EV_{n.upper()}"]: n for n in trace.EVENTS.values()} == trace.EVENTS
+    assert (types["CWND_EV_LOST"], types["CWND_EV_READY"], types["CWND_EV_END"]) == (trace.EV_LOST, trace.EV_READY,
+                                                                                      trace.EV_END)
+    maps = cwndtrace.maps()
+    assert maps["cwndtrace_lost"].value_size == 8 and "cwndtrace_events" in maps and "cwndtrace_seen" in maps
+    assert set(cwndtrace.rodata()) == {"tb_netns", "tb_port", "tb_changes"}
