@@ -361,7 +361,7 @@ def assembly_table(hist: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
         else:
             b = h.groupby(["lo_s", "hi_s"], as_index=False)["packets"].sum()
             lo, hi, n = b["lo_s"].to_numpy(float), b["hi_s"].to_numpy(float), b["packets"].to_numpy(float)
-            row.update(runs_with_histogram=h["point"].nunique(), packets=int(n.sum()),
+            row.update(runs_with_histogram=h["run_key"].nunique(), packets=int(n.sum()),
                        mean_ms=float(((lo + hi) / 2 * n).sum() / n.sum() * 1e3) if n.sum() else math.nan)
             for q in (0.5, 0.9, 0.99):
                 row[f"p{q * 100:g}_ms"] = histogram_quantile(lo, hi, n, q) * 1e3

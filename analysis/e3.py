@@ -30,6 +30,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from analysis import e3_findings, findings  # noqa: E402
+from analysis.report import source_folders  # noqa: E402
 
 SCHEDULER_ORDER = ("none", "ut", "dt", "on-demand")
 LABELS = {"none": "No direct link", "ut": "UT", "dt": "DT", "on-demand": "On Demand"}
@@ -67,10 +68,13 @@ TABLE_TITLES = {("elephant", "throughput"): "Table 1. Average throughput [Mb/s] 
 
 
 def load_transfers(results: Path, summary: pd.DataFrame) -> pd.DataFrame:
-    """All transfers.csv of the run's complete points, joined with their point's parameters."""
+    """All transfers.csv of the run's complete points, joined with their point's parameters
+    (a combined report, ``report.combine``, reads each run's in its source folder)."""
     parts = []
+    sources = source_folders(results)
     for _, row in summary.iterrows():
-        path = results / "points" / str(row["point"]) / "transfers.csv"
+        base = sources.get(str(row.get("run", "")), results)
+        path = base / "points" / str(row["point"]) / "transfers.csv"
         if path.exists() and path.stat().st_size:
             t = pd.read_csv(path)
             for col in ("scheduler", "transfers", "sse", "rep"):

@@ -121,7 +121,7 @@ class PointFiles:
                 if not frame.empty:
                     return frame
                 why = "no rows"
-        self.missing.append({"point": row["point"], "rep": row.get("rep"), "file": name, "why": why,
+        self.missing.append({"point": point_key(row), "rep": row.get("rep"), "file": name, "why": why,
                              "consequence": POINT_FILES.get(name, "")})
         return None
 
@@ -173,19 +173,28 @@ def first_second_rate(series: pd.DataFrame, span_s: float = 1.0) -> float:
     return math.nan
 
 
+def point_key(row: pd.Series) -> str:
+    """A summary row's point, unique in a combined report too (where every source run has
+    its own p0000): ``<run>/<point>``, or the point alone in a run's own report."""
+    run = row.get("run", "")
+    return f"{run}/{row['point']}" if isinstance(run, str) and run else str(row["point"])
+
+
 def load_series(files: PointFiles, summary: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """Every run's throughput series by point (runs without one left out, recorded)."""
+    """Every run's throughput series by :func:`point_key` (runs without one left out,
+    recorded)."""
     out = {}
     for _, row in summary.iterrows():
         s = files.csv(row, "throughput_series.csv")
         if s is not None and {"granularity_s", "source", "t_s", "bytes"} <= set(s.columns):
-            out[str(row["point"])] = clean_series(s)
+            out[point_key(row)] = clean_series(s)
     return out
 
 
 def with_first_second(summary: pd.DataFrame, series: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """The summary with :data:`FIRST_SECOND` per run (nan without an aligned capture series)."""
-    rates = [first_second_rate(series[str(p)]) if str(p) in series else math.nan for p in summary["point"]]
+    keys = [point_key(row) for _, row in summary.iterrows()]
+    rates = [first_second_rate(series[k]) if k in series else math.nan for k in keys]
     return summary.assign(**{FIRST_SECOND: rates})
 
 
@@ -309,7 +318,8 @@ def throughput_1s_figures(summary: pd.DataFrame, series: dict[str, pd.DataFrame]
         fig, ax = plt.subplots(figsize=(7.5, 4.2))
         drawn = 0
         for i, c in enumerate(grp.configs):
-            parts = [bins(series[str(p)], 1.0) for p in c.rows["point"] if str(p) in series]
+            keys = [point_key(row) for _, row in c.rows.iterrows()]
+            parts = [bins(series[k], 1.0) for k in keys if k in series]
             parts = [numbered(p, 1.0) for p in parts if not p.empty]
             if not parts:
                 continue
@@ -353,7 +363,7 @@ def throughput_rtt_figures(summary: pd.DataFrame, series: dict[str, pd.DataFrame
         drawable = []
         for c in grp.configs:
             row = first_run(c)
-            s = series.get(str(row["point"]))
+            s = series.get(point_key(row))
             rtt = float(row["rtt_before_s"])
             if s is not None and not bins(s, rtt).empty:
                 drawable.append((c, row, s, rtt))
@@ -407,7 +417,7 @@ def cwnd_figures(summary: pd.DataFrame, files: PointFiles, series: dict[str, pd.
         if trace is None or not {"t_s", "cwnd"} <= set(trace.columns):
             continue
         rtt = float(row["rtt_before_s"])
-        end = min(WINDOW_RTTS[1] * rtt, series_end(series.get(str(row["point"]))))
+        end = min(WINDOW_RTTS[1] * rtt, series_end(series.get(point_key(row))))
         t = window_trace(trace, WINDOW_RTTS[0] * rtt, end)
         if t.empty:
             continue

@@ -94,10 +94,10 @@ def test_the_tracer_sees_what_the_kernel_reports(ledger):
                          timeout=180).stdout.split()
         snd_mss, cwnd_end, sport, t_connect = int(out[0]), int(out[1]), int(out[2]), int(out[3]) / 1e9
         sink_out = sink.communicate(timeout=60)[0].split()
+        ino = netns_inode_of(h1)
     assert int(sink_out[0]) == SIZE + 28
     for t in (full, changes):
         assert t.complete and t.lost == 0, (t.complete, t.lost)
-    ino = netns_inode_of(h1)
     assert {s.netns for s in full.samples + changes.samples} == {ino}
     data = [s for s in full.samples if s.sport == sport and s.dport == PORT]
     acks = [s for s in data if s.event == "ack"]

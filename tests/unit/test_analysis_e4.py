@@ -385,3 +385,22 @@ def test_bins_of_repetitions_are_matched_from_the_flows_start():
     a = pd.DataFrame({"t_s": [-2.2, -1.2, -0.2, 0.8]})
     b = pd.DataFrame({"t_s": [-2.7, -1.7, -0.7, 0.3]})
     assert list(e4.numbered(a, 1.0)["bin"]) == list(e4.numbered(b, 1.0)["bin"]) == [0, 1, 2, 3]
+
+
+def test_a_combined_report_reads_each_runs_own_points(tmp_path):
+    # two runs whose points have the same names (p0000 ...), at 100 Mbit/s and at 10 Gbit/s:
+    # each row's first second must come from its own run's series, not the other's p0000
+    slow, fast = Story(limit=100e6, rtt=0.100), Story(limit=10e9, rtt=0.100)
+    folders = []
+    for name, story in (("slow", slow), ("fast", fast)):
+        s = summary_of(story)
+        folder = write_results(tmp_path / "w", s, stories_of(s, story)).parent
+        folders.append(folder.rename(tmp_path / name))     # a run is named by its folder
+    index = report.combine(folders, tmp_path / "both")
+    assert index.exists()
+    s = pd.read_csv(tmp_path / "both" / "summary.csv")
+    assert list(s["point"]) == ["p0000", "p0001", "p0002"] * 2
+    got = e4.with_first_second(s, e4.load_series(e4.PointFiles(tmp_path / "both"), s))
+    ratio = got[e4.FIRST_SECOND] / got["rate_before_bps"]
+    # the first second after the move: 0.6 + 1 + 8 / 0.6 one-RTT bins' worth of the rate before, in both runs
+    assert ratio.to_numpy() == pytest.approx([(0.6 + 1 + 8 / 0.6) / 10] * 6, rel=0.02)
