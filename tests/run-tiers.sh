@@ -57,7 +57,10 @@ tier native "$py" -m pytest -q -p no:cacheprovider --junitxml="$junit/native.xml
 # BPF + feature probes 390, killed run 100, ...), shard 2 1 231 s (cc_profiles 438,
 # netem_path 362, e3_kernel_datapath 252, obs_fabric 115, ...); the tier 1 371 s, where
 # one guest (before the one-case cut, same load) took 1 784 s. Keep them balanced when
-# adding a file.
+# adding a file. Again 2026-11-29 (beside three other guests, so ~3x CI's times; shares
+# are what counts): shard 1 4 126 s (optical_switch 40 %: 11 emulations of 88-279 s each,
+# mostly building them; BPF tests 34 %; killed run 11 %), shard 2 4 199 s (netem_path
+# 40 %, since cut by half; cc_profiles 30 %; e3_kernel_datapath 22 %).
 # Durations: pytest's are guest time (icount); the host-clock list is wall time.
 # COLUMNS=400: pytest cuts each line of its closing "short test summary" to the terminal's
 # width (80 when, as here, its output is a pipe), which left only "AssertionError" of a
