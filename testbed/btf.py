@@ -438,8 +438,8 @@ def kinds_named(raw: bytes, name: str) -> list[str]:
     """The kinds ("STRUCT", "FWD", ...) of the types named ``name`` in the raw BTF blob
     ``raw`` (e.g. ``/sys/kernel/btf/vmlinux``), in type-id order; [] when there is none.
 
-    Reads only the types' headers: a kernel's ~10^5 types take ~0.1 s natively, where
-    ``Btf.from_bytes`` builds every one (1.6 s natively, about a minute in a TCG guest).
+    Reads only the types' headers: the build host's 126 700 kernel types took 0.23 s
+    per scan (beside two guests), where ``Btf.from_bytes`` builds every one (1.6 s of CPU).
     Raises BtfError for a bad magic number or version, and, when ``name`` is in the
     string section (else the types are not read), for an unknown kind or a type section
     that is truncated or does not end on a type boundary.
