@@ -58,8 +58,9 @@ tier native "$py" -m pytest -q -p no:cacheprovider --junitxml="$junit/native.xml
 # netem_path 362, e3_kernel_datapath 252, obs_fabric 115, ...); the tier 1 371 s, where
 # one guest (before the one-case cut, same load) took 1 784 s. Keep them balanced when
 # adding a file. Again 2026-11-29 (beside three other guests, so ~3x CI's times; shares
-# are what counts): shard 1 4 126 s (optical_switch 40 %: 11 emulations of 88-279 s each,
-# mostly building them; BPF tests 34 %; killed run 11 %), shard 2 4 199 s (netem_path
+# are what counts): shard 1 4 126 s (optical_switch 40 %: 11 emulations of 88-279 s each;
+# one profiled alone spent ~35 of its ~65 s of guest time after imports building its
+# emulation; BPF tests 34 %; killed run 11 %), shard 2 4 199 s (netem_path
 # 40 %; its 10 ms run since halved, about a quarter of the file's time, estimated;
 # cc_profiles 30 %; e3_kernel_datapath 22 %); lossdetect (3.5 % of shard 1) then moved to
 # shard 2 to keep them level (estimated, not yet measured).
