@@ -3,8 +3,11 @@
 Building a k = 4 fat-tree took ~1700 ``ip``/``tc``/``sysctl`` processes; under software
 emulation (TCG) each costs ~0.3 s, so set-up and teardown took minutes. Here a short
 thread enters the namespace with setns(2) (which moves only the calling thread) and
-talks netlink (pyroute2), the ethtool ioctl and /proc/sys from there: sockets and
-/proc/sys/net files opened by that thread belong to the namespace.
+talks rtnetlink (:mod:`testbed.rtnl`), the ethtool ioctl (:mod:`testbed.ethtool`) and
+/proc/sys from there: sockets and /proc/sys/net files opened by that thread belong to
+the namespace. (pyroute2 did the netlink part until 2026-11-29: its import cost 13-40 s
+of wall time per process in the TCG guest and each request ~1 s there, a fresh
+``IPRoute`` with its own event loop each.)
 
 ``netns=None`` means the root namespace (no setns). Every function raises NsOpsError
 naming the namespace and the operation when the kernel refuses.
@@ -14,13 +17,16 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import ipaddress
 import os
 import signal
+import socket
+import struct
 import threading
 from pathlib import Path
 from typing import Callable, TypeVar
 
-from testbed import cmd, setns
+from testbed import cmd, ethtool, rtnl, setns
 from testbed.errors import TestbedError
 from testbed.ledger import Entry, Ledger, register
 from testbed.process import kill_process
@@ -72,65 +78,127 @@ def call_in(netns: str | None, fn: Callable[[], T]) -> T:
     return box.get("result")  # type: ignore[return-value]
 
 
-def _iproute():  # type: ignore[no-untyped-def]
-    from pyroute2 import IPRoute
+class _KernelRefused(NsOpsError):
+    """The kernel's netlink error (``errno``), before it is named with its operation."""
 
-    return IPRoute()
+    def __init__(self, message: str, code: int = 0) -> None:
+        super().__init__(message)
+        self.errno = code
 
 
-def _netlink(netns: str | None, what: str, fn: Callable[..., T]) -> T:
-    """``fn(ipr)`` with a netlink socket of ``netns``; NetlinkError -> NsOpsError."""
-    from pyroute2.netlink.exceptions import NetlinkError
+# rtnetlink message types and attributes (include/uapi/linux/rtnetlink.h, if_link.h,
+# if_addr.h, neighbour.h, veth.h)
+RTM_NEWLINK, RTM_DELLINK, RTM_GETLINK = 16, 17, 18
+RTM_NEWADDR, RTM_NEWROUTE = 20, 24
+RTM_NEWNEIGH, RTM_DELNEIGH, RTM_GETNEIGH = 28, 29, 30
+IFLA_ADDRESS, IFLA_IFNAME, IFLA_MTU, IFLA_LINKINFO, IFLA_NET_NS_FD = 1, 3, 4, 18, 28
+IFLA_INFO_KIND, IFLA_INFO_DATA, VETH_INFO_PEER = 1, 2, 1
+IFA_ADDRESS, IFA_LOCAL = 1, 2
+RTA_DST, RTA_OIF, RTA_GATEWAY = 1, 4, 5
+NDA_DST, NDA_LLADDR = 1, 2
+IFF_UP, IFF_NOARP = 0x1, 0x80
+RT_TABLE_MAIN, RTPROT_STATIC, RT_SCOPE_UNIVERSE, RTN_UNICAST = 254, 4, 0, 1
+#: neighbour states (include/uapi/linux/neighbour.h): never expires nor is probed; no ARP
+NUD_PERMANENT, NUD_NOARP = 0x80, 0x40
+_IFI = struct.Struct("=BxHiII")      # ifinfomsg: family, type, index, flags, change
+_IFA = struct.Struct("=BBBBi")       # ifaddrmsg: family, prefixlen, flags, scope, index
+_RTM = struct.Struct("=BBBBBBBBI")   # rtmsg: family, dst_len, src_len, tos, table, protocol, scope, type, flags
+_NDM = struct.Struct("=BxxxiHBB")    # ndmsg: family, ifindex, state, flags, type
 
+
+def _netlink(netns: str | None, what: str, fn: Callable[[], T]) -> T:
+    """``fn()`` in a thread of ``netns`` (its netlink sockets are that namespace's); the
+    kernel's refusal becomes NsOpsError naming ``what`` and the namespace."""
     def body() -> T:
-        with _iproute() as ipr:
-            try:
-                return fn(ipr)
-            except NetlinkError as exc:
-                raise NsOpsError(f"{what} in {netns or 'the root namespace'}: "
-                                 f"{os.strerror(exc.code) if exc.code else exc}") from None
+        try:
+            return fn()
+        except _KernelRefused as exc:
+            raise NsOpsError(f"{what} in {netns or 'the root namespace'}: {exc}") from None
     return call_in(netns, body)
 
 
-def _index(ipr, name: str) -> int | None:  # type: ignore[no-untyped-def]
-    found = ipr.link_lookup(ifname=name)
-    return found[0] if found else None
+def _request(msg_type: int, flags: int, body: bytes) -> list[tuple[int, bytes]]:
+    """One rtnetlink request on a fresh socket of the calling thread's namespace (with
+    an ack unless it is a dump); the (type, payload) replies. Raises _KernelRefused."""
+    with rtnl.open_socket() as s:
+        return rtnl.exchange(s, bytearray(rtnl.RECV_BYTES), 1, msg_type,
+                             flags | (0 if flags & rtnl.NLM_F_DUMP == rtnl.NLM_F_DUMP else rtnl.NLM_F_ACK),
+                             body, _KernelRefused)
+
+
+def _index(name: str) -> int | None:
+    """The index of device ``name`` in the calling thread's namespace, None without one."""
+    try:
+        return socket.if_nametoindex(name)
+    except OSError:
+        return None
+
+
+def _existing_index(name: str, netns: str | None) -> int:
+    idx = _index(name)
+    if idx is None:
+        raise NsOpsError(f"no interface {name} in {netns or 'the root namespace'}")
+    return idx
+
+
+def _set_link(idx: int, flags: int = 0, change: int = 0, attributes: bytes = b"") -> None:
+    _request(RTM_NEWLINK, 0, _IFI.pack(socket.AF_UNSPEC, 0, idx, flags, change) + attributes)
+
+
+def _mac_bytes(mac: str) -> bytes:
+    try:
+        raw = bytes(int(x, 16) for x in mac.split(":"))
+    except ValueError:
+        raw = b""
+    if len(raw) != 6:
+        raise NsOpsError(f"MAC address {mac!r} is not six hexadecimal bytes like 02:00:00:00:00:01")
+    return raw
+
+
+def _inet(address: str) -> tuple[int, bytes]:
+    """(address family, packed bytes) of an IPv4 or IPv6 address."""
+    ip = ipaddress.ip_address(address)
+    return (socket.AF_INET if ip.version == 4 else socket.AF_INET6), ip.packed
 
 
 def link_exists(name: str, netns: str | None = None) -> bool:
     """True when device ``name`` exists in ``netns`` (False when the namespace is gone)."""
     if netns is not None and not (NETNS_RUN_DIR / netns).exists():
         return False
-    return _netlink(netns, f"look up {name}", lambda ipr: _index(ipr, name) is not None)
+    return call_in(netns, lambda: _index(name) is not None)
 
 
 def add_veth(name_a: str, netns_a: str | None, name_b: str, netns_b: str | None) -> None:
     """Create veth pair ``name_a`` (in ``netns_a``) -- ``name_b`` (in ``netns_b``).
 
     Raises NsOpsError when either name exists (nothing is then touched)."""
-    def make(ipr, peer_ns: object) -> None:  # type: ignore[no-untyped-def]
-        if _index(ipr, name_a) is not None:
-            raise NsOpsError(f"interface {name_a} already exists in {netns_a or 'the root namespace'}; "
-                             "not touching it")
-        peer: dict[str, object] = {"ifname": name_b}
-        if peer_ns is not None:
-            peer["net_ns_fd"] = peer_ns
-        ipr.link("add", ifname=name_a, kind="veth", peer=peer)
     if link_exists(name_b, netns_b):
         raise NsOpsError(f"interface {name_b} already exists in {netns_b or 'the root namespace'}; "
                          "not touching it")
-    own = None
-    if netns_b is None and netns_a is not None:
-        # the peer goes to the caller's namespace, not to the thread's (netns_a)
-        own = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-        peer_ns: object = own
+    # the peer's namespace as a descriptor opened here: the caller's own namespace when
+    # netns_b is None (the thread making the pair is in netns_a)
+    if netns_b is None:
+        peer_fd = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC) if netns_a is not None else None
     else:
-        peer_ns = netns_b
+        peer_fd = setns.open_named(netns_b)
+
+    def make() -> None:
+        if _index(name_a) is not None:
+            raise NsOpsError(f"interface {name_a} already exists in {netns_a or 'the root namespace'}; "
+                             "not touching it")
+        peer = _IFI.pack(socket.AF_UNSPEC, 0, 0, 0, 0) + rtnl.attr(IFLA_IFNAME, name_b.encode() + b"\0")
+        if peer_fd is not None:
+            peer += rtnl.attr(IFLA_NET_NS_FD, struct.pack("=I", peer_fd))
+        info = (rtnl.attr(IFLA_INFO_KIND, b"veth\0")
+                + rtnl.attr(IFLA_INFO_DATA | rtnl.NLA_F_NESTED, rtnl.attr(VETH_INFO_PEER, peer)))
+        _request(RTM_NEWLINK, rtnl.NLM_F_CREATE | rtnl.NLM_F_EXCL,
+                 _IFI.pack(socket.AF_UNSPEC, 0, 0, 0, 0) + rtnl.attr(IFLA_IFNAME, name_a.encode() + b"\0")
+                 + rtnl.attr(IFLA_LINKINFO | rtnl.NLA_F_NESTED, info))
     try:
-        _netlink(netns_a, f"create veth {name_a}--{name_b}", lambda ipr: make(ipr, peer_ns))
+        _netlink(netns_a, f"create veth {name_a}--{name_b}", make)
     finally:
-        if own is not None:
-            os.close(own)
+        if peer_fd is not None:
+            os.close(peer_fd)
 
 
 def configure_link(name: str, netns: str | None, *, mtu: int | None = None, offloads: bool = True,
@@ -138,110 +206,127 @@ def configure_link(name: str, netns: str | None, *, mtu: int | None = None, offl
     """Set MTU (bytes), MAC ``address``, ARP, offloads (False = TSO, GSO, GRO and TX
     checksumming off, as ``ethtool -K``), then set ``name`` up (True), down (False) or
     leave its state (None)."""
-    def body(ipr) -> None:  # type: ignore[no-untyped-def]
-        idx = _index(ipr, name)
-        if idx is None:
-            raise NsOpsError(f"no interface {name} in {netns or 'the root namespace'}")
-        attrs: dict[str, object] = {}
+    mac = _mac_bytes(address) if address is not None else None
+
+    def body() -> None:
+        idx = _existing_index(name, netns)
+        attributes = b""
         if mtu is not None:
-            attrs["mtu"] = int(mtu)
-        if address is not None:
-            attrs["address"] = address
-        if arp is not None:
-            attrs["flags"], attrs["mask"] = (0 if arp else IFF_NOARP), IFF_NOARP
-        if attrs:
-            ipr.link("set", index=idx, **attrs)
+            attributes += rtnl.attr(IFLA_MTU, struct.pack("=I", int(mtu)))
+        if mac is not None:
+            attributes += rtnl.attr(IFLA_ADDRESS, mac)
+        if attributes or arp is not None:
+            _set_link(idx, 0 if arp or arp is None else IFF_NOARP, 0 if arp is None else IFF_NOARP, attributes)
         if not offloads:
-            _offloads_off(name)
+            try:
+                ethtool.features_off(name, OFFLOAD_PREFIXES)
+            except OSError as exc:
+                raise NsOpsError(f"turn offloads off on {name} in {netns or 'the root namespace'}: "
+                                 f"{exc.strerror}") from None
         if up is not None:
-            ipr.link("set", index=idx, state="up" if up else "down")
+            _set_link(idx, IFF_UP if up else 0, IFF_UP)
     _netlink(netns, f"configure {name}", body)
-
-
-IFF_NOARP = 0x80
-
-
-def _offloads_off(name: str) -> None:
-    from pyroute2.ethtool import Ethtool
-
-    eth = Ethtool()
-    try:
-        feats = eth.get_features(name)
-        for fname, feat in feats.features.items():
-            if fname.startswith(OFFLOAD_PREFIXES) and feat.available:
-                feat.enable = False
-        eth.set_features(name, feats)
-    finally:
-        eth.close()
 
 
 def add_address(name: str, netns: str | None, cidr: str) -> None:
     """Add IPv4/IPv6 address ``cidr`` ("10.0.0.1/8") to ``name``."""
     addr, _, plen = cidr.partition("/")
+    family, raw = _inet(addr)
 
-    def body(ipr) -> None:  # type: ignore[no-untyped-def]
-        ipr.addr("add", index=_index(ipr, name), address=addr, prefixlen=int(plen or 32))
+    def body() -> None:
+        idx = _existing_index(name, netns)
+        prefix = int(plen) if plen else 8 * len(raw)
+        _request(RTM_NEWADDR, rtnl.NLM_F_CREATE | rtnl.NLM_F_EXCL,
+                 _IFA.pack(family, prefix, 0, RT_SCOPE_UNIVERSE, idx)
+                 + rtnl.attr(IFA_LOCAL, raw) + rtnl.attr(IFA_ADDRESS, raw))
     _netlink(netns, f"add address {cidr} to {name}", body)
+
+
+def _replace_route(dst: str, oif: str | None, via: str | None, netns: str | None) -> None:
+    """RTM_NEWROUTE with NLM_F_REPLACE (atomic for packets being forwarded) in the main
+    table, protocol static, scope universe: ``dst`` (a prefix) out of device ``oif``
+    and/or through gateway ``via``."""
+    net = ipaddress.ip_network(dst, strict=False)
+    family = socket.AF_INET if net.version == 4 else socket.AF_INET6
+    body = b""
+    if net.prefixlen:
+        body += rtnl.attr(RTA_DST, net.network_address.packed)
+    if oif is not None:
+        body += rtnl.attr(RTA_OIF, struct.pack("=I", _existing_index(oif, netns)))
+    if via is not None:
+        body += rtnl.attr(RTA_GATEWAY, _inet(via)[1])
+    _request(RTM_NEWROUTE, rtnl.NLM_F_CREATE | rtnl.NLM_F_REPLACE,
+             _RTM.pack(family, net.prefixlen, 0, 0, RT_TABLE_MAIN, RTPROT_STATIC, RT_SCOPE_UNIVERSE,
+                       RTN_UNICAST, 0) + body)
 
 
 def set_default_route(name: str, netns: str | None, via: str | None = None) -> None:
     """Default route out of ``name`` (replacing any): on-link, or through gateway ``via``."""
-    gw = {"gateway": via} if via else {}
     _netlink(netns, f"default route out of {name}{' via ' + via if via else ''}",
-             lambda ipr: ipr.route("replace", dst="0.0.0.0/0", oif=_index(ipr, name), **gw))
+             lambda: _replace_route("0.0.0.0/0", name, via, netns))
 
 
 def replace_route(netns: str | None, prefix: str, via: str) -> None:
     """Route ``prefix`` ("10.0.2.0/24") through next hop ``via``, replacing any route to
     it (one RTM_NEWROUTE with NLM_F_REPLACE: atomic for packets being forwarded)."""
-    _netlink(netns, f"route {prefix} via {via}", lambda ipr: ipr.route("replace", dst=prefix, gateway=via))
+    _netlink(netns, f"route {prefix} via {via}", lambda: _replace_route(prefix, None, via, netns))
 
 
-def _link_attr(name: str, netns: str | None, attr: str, what: str) -> object:
-    """Netlink attribute ``attr`` (e.g. IFLA_MTU) of interface ``name``; NsOpsError
-    naming ``what`` when there is no such interface."""
-    def body(ipr) -> object:  # type: ignore[no-untyped-def]
-        idx = _index(ipr, name)
-        if idx is None:
-            raise NsOpsError(f"no interface {name} in {netns or 'the root namespace'}")
-        return ipr.link("get", index=idx)[0].get(attr)
+def _link_attrs(name: str, netns: str | None, what: str) -> dict[int, bytes]:
+    """The netlink attributes of interface ``name``; NsOpsError naming ``what`` when
+    there is no such interface."""
+    def body() -> dict[int, bytes]:
+        idx = _existing_index(name, netns)
+        for mtype, msg in _request(RTM_GETLINK, 0, _IFI.pack(socket.AF_UNSPEC, 0, idx, 0, 0)):
+            if mtype == RTM_NEWLINK and len(msg) >= _IFI.size and _IFI.unpack_from(msg)[2] == idx:
+                return rtnl.attrs(msg[_IFI.size:])
+        raise NsOpsError(f"no link message for {name} in {netns or 'the root namespace'}")
     return _netlink(netns, f"read the {what} of {name}", body)
 
 
 def link_address(name: str, netns: str | None) -> str:
     """The MAC address of ``name``."""
-    return str(_link_attr(name, netns, "IFLA_ADDRESS", "address"))
-
-
-#: neighbour state of an entry that never expires nor is probed (include/uapi/linux/neighbour.h)
-NUD_PERMANENT = 0x80
+    return ":".join(f"{b:02x}" for b in _link_attrs(name, netns, "address").get(IFLA_ADDRESS, b""))
 
 
 def add_neighbour(name: str, netns: str | None, ip: str, mac: str) -> None:
     """A permanent neighbour entry: ``ip`` is at ``mac`` on ``name`` (replacing any)."""
-    def body(ipr) -> None:  # type: ignore[no-untyped-def]
-        ipr.neigh("replace", dst=ip, lladdr=mac, ifindex=_index(ipr, name), state=NUD_PERMANENT)
+    family, raw = _inet(ip)
+    lladdr = _mac_bytes(mac)
+
+    def body() -> None:
+        _request(RTM_NEWNEIGH, rtnl.NLM_F_CREATE | rtnl.NLM_F_REPLACE,
+                 _NDM.pack(family, _existing_index(name, netns), NUD_PERMANENT, 0, 0)
+                 + rtnl.attr(NDA_DST, raw) + rtnl.attr(NDA_LLADDR, lladdr))
     _netlink(netns, f"neighbour {ip} at {mac} on {name}", body)
 
 
 def link_mtu(name: str, netns: str | None) -> int:
     """MTU of ``name`` in bytes."""
-    return int(_link_attr(name, netns, "IFLA_MTU", "MTU"))  # type: ignore[call-overload]
+    raw = _link_attrs(name, netns, "MTU").get(IFLA_MTU, b"")
+    if len(raw) != 4:
+        raise NsOpsError(f"no MTU in the link message of {name} in {netns or 'the root namespace'}")
+    return struct.unpack("=I", raw)[0]
 
 
 def flush_neighbours(netns: str | None) -> int:
     """Delete every IPv4 neighbour (ARP) entry of ``netns`` except permanent ones, as
     ``ip neigh flush all`` does; returns how many were deleted."""
-    from socket import AF_INET
-
-    NUD_PERMANENT, NUD_NOARP = 0x80, 0x40
-
-    def body(ipr) -> int:  # type: ignore[no-untyped-def]
+    def body() -> int:
         n = 0
-        for e in ipr.get_neighbours(family=AF_INET):
-            if e["state"] & (NUD_PERMANENT | NUD_NOARP):
+        for mtype, msg in _request(RTM_GETNEIGH, rtnl.NLM_F_DUMP, _NDM.pack(socket.AF_INET, 0, 0, 0, 0)):
+            if mtype != RTM_NEWNEIGH or len(msg) < _NDM.size:
                 continue
-            ipr.neigh("del", dst=e.get_attr("NDA_DST"), ifindex=e["ifindex"])
+            family, ifindex, state, _flags, _type = _NDM.unpack_from(msg)
+            dst = rtnl.attrs(msg[_NDM.size:]).get(NDA_DST)
+            if family != socket.AF_INET or state & (NUD_PERMANENT | NUD_NOARP) or dst is None:
+                continue
+            try:
+                _request(RTM_DELNEIGH, 0, _NDM.pack(socket.AF_INET, ifindex, 0, 0, 0) + rtnl.attr(NDA_DST, dst))
+            except _KernelRefused as exc:
+                if exc.errno != errno.ENOENT:  # gone meanwhile: nothing to flush
+                    raise
+                continue
             n += 1
         return n
     return _netlink(netns, "flush the neighbour table", body)
@@ -249,10 +334,14 @@ def flush_neighbours(netns: str | None) -> int:
 
 def delete_link(name: str, netns: str | None) -> None:
     """Delete ``name`` if it exists (a veth takes its peer with it)."""
-    def body(ipr) -> None:  # type: ignore[no-untyped-def]
-        idx = _index(ipr, name)
+    def body() -> None:
+        idx = _index(name)
         if idx is not None:
-            ipr.link("del", index=idx)
+            try:
+                _request(RTM_DELLINK, 0, _IFI.pack(socket.AF_UNSPEC, 0, idx, 0, 0))
+            except _KernelRefused as exc:
+                if exc.errno != errno.ENODEV:  # its peer's deletion took it meanwhile
+                    raise
     _netlink(netns, f"delete {name}", body)
 
 

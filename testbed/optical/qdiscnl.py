@@ -32,25 +32,20 @@ from testbed.cc.modules import KERNEL_DIR, MODULE, insert, refcount
 from testbed.errors import CommandError, TestbedError
 from testbed.ledger import Ledger
 from testbed.nsops import NsOpsError, call_in
+# the netlink framing is testbed.rtnl's; these names stay importable from here, where
+# the qdisc modules (voq, xcppace) and their tests take them
+from testbed.rtnl import (NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_REPLACE, RECV_BYTES,  # noqa: F401
+                          attr, attrs, exchange, find_attr, open_socket)
 from testbed.setns import NETNS_RUN_DIR
 
 RTM_NEWLINK, RTM_GETLINK = 16, 18
 RTM_NEWQDISC, RTM_DELQDISC, RTM_GETQDISC = 36, 37, 38
-NLMSG_ERROR, NLMSG_DONE = 2, 3
-NLM_F_REQUEST, NLM_F_ACK, NLM_F_DUMP = 0x1, 0x4, 0x300
-NLM_F_REPLACE, NLM_F_CREATE, NLM_F_ACK_TLVS = 0x100, 0x400, 0x200
 IFLA_IFNAME = 3
 TCA_KIND, TCA_OPTIONS, TCA_STATS2 = 1, 2, 7
 TCA_STATS_BASIC, TCA_STATS_QUEUE, TCA_STATS_APP = 1, 3, 4
-NLMSGERR_ATTR_MSG = 1
-SOL_NETLINK, NETLINK_CAP_ACK, NETLINK_EXT_ACK = 270, 10, 11
 TC_H_ROOT = 0xFFFFFFFF
-#: the receive buffer (bytes): a dump datagram is at most 32 KiB (the kernel's cap on
-#: one dump skb); a longer one is refused as truncated, never cut silently
-RECV_BYTES = 1 << 16
 #: how long a session waits for each reply datagram (s) before it gives up
 SESSION_TIMEOUT_S = 5.0
-_NLH = struct.Struct("=IHHII")
 _TCM = struct.Struct("=BxxxiIII")
 _IFI = struct.Struct("=BxHiII")
 
@@ -64,42 +59,6 @@ class QdiscError(TestbedError):
         self.errno = code
 
 
-def attr(kind: int, payload: bytes) -> bytes:
-    """One netlink attribute, padded to 4 bytes."""
-    raw = struct.pack("=HH", 4 + len(payload), kind) + payload
-    return raw + b"\0" * (-len(raw) % 4)
-
-
-_ATTR = struct.Struct("=HH")
-
-
-def attrs(data: bytes) -> dict[int, bytes]:
-    """{attribute type (flags masked off): payload} of a run of netlink attributes."""
-    out, off = {}, 0
-    while off + 4 <= len(data):
-        length, kind = struct.unpack_from("=HH", data, off)
-        if length < 4:
-            break
-        out[kind & 0x3FFF] = data[off + 4:off + length]
-        off += (length + 3) & ~3
-    return out
-
-
-def find_attr(data: bytes, kind: int, start: int = 0, end: int | None = None) -> bytes | None:
-    """The payload of the first attribute of type ``kind`` (flags masked off) in the run
-    of attributes ``data[start:end]``, None without one: :func:`attrs` for one attribute
-    without building the others (the hot path of the per-interval class dumps)."""
-    off, stop = start, len(data) if end is None else end
-    while off + 4 <= stop:
-        length, k = _ATTR.unpack_from(data, off)
-        if length < 4:
-            return None
-        if k & 0x3FFF == kind:
-            return data[off + 4:off + length]
-        off += (length + 3) & ~3
-    return None
-
-
 def request(msg_type: int, flags: int, ifindex: int, payload: bytes = b"",
             error: type[QdiscError] = QdiscError, parent: int = TC_H_ROOT) -> list[tuple[int, bytes]]:
     """Send one rtnetlink request about the qdisc or classes under ``parent`` (the root
@@ -107,68 +66,9 @@ def request(msg_type: int, flags: int, ifindex: int, payload: bytes = b"",
     ``ifindex`` (in the calling thread's namespace) with the attributes ``payload``, on
     a fresh socket; returns the (type, payload) replies. Raises ``error`` with the
     kernel's message on a kernel error, or on a malformed reply (module docstring)."""
-    with _open_socket() as s:
-        return _exchange(s, bytearray(RECV_BYTES), 1, msg_type, flags,
-                         _TCM.pack(socket.AF_UNSPEC, ifindex, 0, parent, 0) + payload, error)
-
-
-def _open_socket() -> socket.socket:
-    """A bound NETLINK_ROUTE socket in the calling thread's namespace, the kernel's
-    error text (extended ack) on, the request not echoed in errors."""
-    s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, socket.NETLINK_ROUTE)
-    try:
-        s.setsockopt(SOL_NETLINK, NETLINK_EXT_ACK, 1)
-        s.setsockopt(SOL_NETLINK, NETLINK_CAP_ACK, 1)
-        s.bind((0, 0))
-    except OSError:
-        s.close()
-        raise
-    return s
-
-
-def _exchange(s: socket.socket, buf: bytearray, seq: int, msg_type: int, flags: int, body: bytes,
-              error: type[QdiscError]) -> list[tuple[int, bytes]]:
-    """Send one request (``body`` after the netlink header, sequence ``seq``) on ``s``
-    and read its replies into ``buf`` up to the end of a dump, the ack, or (neither
-    asked for) the first datagram. Raises ``error``: the kernel's error (its message
-    and errno), a reply of another sequence, a datagram longer than ``buf`` or a
-    message cut short. A receive timeout of ``s`` surfaces as BlockingIOError or
-    TimeoutError."""
-    s.send(_NLH.pack(_NLH.size + len(body), msg_type, NLM_F_REQUEST | flags, seq, 0) + body)
-    view = memoryview(buf)
-    replies: list[tuple[int, bytes]] = []
-    while True:
-        n, _anc, rflags, _addr = s.recvmsg_into([buf])
-        if rflags & socket.MSG_TRUNC:
-            raise error(f"netlink reply truncated: a datagram longer than the {len(buf)}-byte buffer")
-        off = 0
-        while off + _NLH.size <= n:
-            length, mtype, mflags, mseq, _pid = _NLH.unpack_from(buf, off)
-            if length < _NLH.size or off + length > n:
-                raise error(f"netlink reply truncated: a message of {length} bytes at byte {off} "
-                            f"of a {n}-byte datagram")
-            if mseq != seq:
-                raise error(f"netlink reply of sequence {mseq} to request {seq}")
-            msg = bytes(view[off + _NLH.size:off + length])
-            off += (length + 3) & ~3
-            if mtype == NLMSG_DONE:
-                return replies
-            if mtype == NLMSG_ERROR:
-                if len(msg) < 4:
-                    raise error(f"netlink error message truncated to {len(msg)} bytes")
-                code = -struct.unpack_from("=i", msg)[0]
-                if code == 0:
-                    return replies
-                text = ""
-                if mflags & NLM_F_ACK_TLVS:
-                    text = attrs(msg[4 + _NLH.size:]).get(NLMSGERR_ATTR_MSG, b"").rstrip(b"\0").decode(
-                        errors="replace")
-                raise error(f"{os.strerror(code)}" + (f": {text}" if text else ""), code)
-            replies.append((mtype, msg))
-        if off < n:
-            raise error(f"netlink reply truncated: {n - off} bytes after the last whole message")
-        if not flags & NLM_F_DUMP and not flags & NLM_F_ACK:
-            return replies
+    with open_socket() as s:
+        return exchange(s, bytearray(RECV_BYTES), 1, msg_type, flags,
+                        _TCM.pack(socket.AF_UNSPEC, ifindex, 0, parent, 0) + payload, error)
 
 
 def ifindex(dev: str, netns: str | None, error: type[QdiscError] = QdiscError) -> int:
@@ -227,7 +127,7 @@ class Session:
         self._buf = bytearray(RECV_BYTES)
 
         def make() -> tuple[socket.socket, tuple[int, int]]:
-            return _open_socket(), _own_netns_id()
+            return open_socket(), _own_netns_id()
         try:
             sock, self._ns_id = call_in(netns, make)
         except NsOpsError as exc:
@@ -303,7 +203,7 @@ class Session:
             self._drain()
         self._seq = self._seq % 0xFFFFFFFF + 1
         try:
-            return _exchange(self._sock, self._buf, self._seq, msg_type, flags, body, error)
+            return exchange(self._sock, self._buf, self._seq, msg_type, flags, body, error)
         except (BlockingIOError, TimeoutError):
             self._stale = True
             raise error(f"no netlink reply within {self.timeout_s} s in {_where(self.netns)}{about}") from None

@@ -103,6 +103,37 @@ def test_flush_neighbours_removes_learnt_entries_and_keeps_permanent_ones(two_ne
     assert nsops.flush_neighbours(a) == 0
 
 
+def test_addresses_routes_and_neighbours_are_what_ip_shows(two_netns):
+    """testbed.nsops talks rtnetlink itself (testbed.rtnl): what it sets is read back with
+    iproute2, the independent reader; a replaced route replaces, and refusals name the
+    operation, the device and the kernel's reason."""
+    a, b = two_netns
+    nsops.add_veth("va", a, "vb", b)
+    nsops.configure_link("va", a, address="02:00:00:00:00:0a")
+    nsops.add_address("va", a, "10.78.0.1/24")
+    nsops.set_default_route("va", a)
+    nsops.replace_route(a, "10.79.0.0/16", "10.78.0.2")
+    nsops.replace_route(a, "10.79.0.0/16", "10.78.0.3")
+    nsops.add_neighbour("va", a, "10.78.0.3", "02:00:00:00:00:0b")
+    assert nsops.link_address("va", a) == "02:00:00:00:00:0a"
+    assert "inet 10.78.0.1/24 " in cmd.run(["ip", "-o", "addr", "show", "va"], netns=a).stdout
+    routes = cmd.run(["ip", "route", "show"], netns=a).stdout.splitlines()
+    assert [r for r in routes if r.startswith("default")] == ["default dev va proto static linkdown "], routes
+    assert [r for r in routes if r.startswith("10.79.0.0/16")] == \
+        ["10.79.0.0/16 via 10.78.0.3 dev va proto static linkdown "], routes
+    neigh = cmd.run(["ip", "neigh", "show"], netns=a).stdout
+    assert "10.78.0.3 dev va lladdr 02:00:00:00:00:0b PERMANENT" in neigh, neigh
+    with pytest.raises(nsops.NsOpsError, match=r"add address 10.78.0.1/24 to va in .*: File exists"):
+        nsops.add_address("va", a, "10.78.0.1/24")
+    with pytest.raises(nsops.NsOpsError, match="no interface nope in"):
+        nsops.add_neighbour("nope", a, "10.78.0.4", "02:00:00:00:00:0c")
+    with pytest.raises(nsops.NsOpsError, match="six hexadecimal bytes"):
+        nsops.add_neighbour("va", a, "10.78.0.4", "02:00")
+    nsops.delete_link("va", a)
+    assert not nsops.link_exists("va", a) and not nsops.link_exists("vb", b)
+    nsops.delete_link("va", a)  # gone: nothing to do
+
+
 def test_setns_entered_moves_only_the_block_and_sockets_stay(two_netns):
     """testbed.setns.entered: the thread is inside the namespace for the block and back
     after it; a socket made inside stays in that namespace; a missing one is an

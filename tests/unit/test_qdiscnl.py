@@ -128,7 +128,7 @@ def fake(monkeypatch):
     def open_socket() -> FakeSocket:
         opened.append(FakeSocket(kernel))
         return opened[-1]
-    monkeypatch.setattr(qdiscnl, "_open_socket", open_socket)
+    monkeypatch.setattr(qdiscnl, "open_socket", open_socket)
     return opened
 
 
