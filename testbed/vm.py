@@ -1,10 +1,12 @@
 """The full-kernel guest: re-run a command inside virtme-ng booting the distro kernel.
 
 The guest shares the host's root filesystem read-only (9p) and the repository and the
-results folder read-write, so results land on the host. Output is streamed, the exit
-code propagated, Ctrl-C stops the guest, a failed boot is retried once, and the qemu
-process is recorded in a host-side ledger (resource ``guest``, whose teardown is
-registered here) so `testbed clean` can stop a guest whose parent was SIGKILLed.
+results folder read-write, so results land on the host; the trees a run only reads
+(Python's libraries, the venv, system binaries) come through a second, cached export.
+Output is streamed, the exit code propagated, Ctrl-C stops the guest, a failed boot is
+retried once, and the qemu process is recorded in a host-side ledger (resource
+``guest``, whose teardown is registered here) so `testbed clean` can stop a guest
+whose parent was SIGKILLed.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 from testbed import process
 from testbed.errors import GuestError
 from testbed.ledger import Entry, Ledger, register
+from testbed.manifest import GIT_ENV, git_env, git_info
 
 REPO = Path(__file__).resolve().parent.parent
 INIT = Path(__file__).resolve().parent / "guest-init.sh"
@@ -35,6 +38,26 @@ CLOCKS = ("realtime", "icount")
 #: every guest timer passes through the main loop (docs/guest-clock.md, "Host cost").
 #: Two ports per device (port 0 stays reserved for a console) are enough.
 QEMU_OPTS = ("-global", "virtio-serial-pci.max_ports=2")
+#: The 9p tag of a second, read-only export of the host's root, which guest-init.sh
+#: mounts with ``cache=loose`` and binds over :func:`cached_dirs`. virtme-ng mounts the root and
+#: the shared folders without a cache mode (9p's default, none): every stat, open and
+#: read of a file goes to the host, and a Python process's imports in the guest cost
+#: tens of seconds (docs/environment.md). A virtio-9p channel serves one mount, so the
+#: cached view needs an export of its own.
+CACHED_TAG = "ot-cache"
+CACHED_QEMU_OPTS = ("-fsdev", "local,id=otcache,path=/,security_model=none,readonly=on,multidevs=remap",
+                    "-device", f"virtio-9p-pci,fsdev=otcache,mount_tag={CACHED_TAG}")
+
+
+def cached_dirs() -> list[str]:
+    """The host directories a guest only reads and reads often: the Python interpreter's
+    libraries, the venv, the binaries and shared libraries that every process loads. The
+    guest sees them through the cached export: a change the host makes to them while a
+    guest runs may not be seen by it (nothing in a run or a test changes them)."""
+    py = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    dirs = [f"/usr/lib/{py}", "/usr/lib/python3", "/usr/bin", "/usr/sbin", "/usr/lib/x86_64-linux-gnu",
+            str(Path(sys.prefix))]
+    return [d for d in dirs if Path(d).is_dir() and not Path(d).is_symlink()]
 
 
 @dataclass(frozen=True)
@@ -71,8 +94,8 @@ class IcountOptions:
 
 @dataclass(frozen=True)
 class GuestConfig:
-    """Guest size, acceleration and clock; from TESTBED_GUEST_{CPUS,MEMORY,KVM,CLOCK,ICOUNT}
-    by default."""
+    """Guest size, acceleration, clock and file cache; from
+    TESTBED_GUEST_{CPUS,MEMORY,KVM,CLOCK,ICOUNT,CACHE} by default."""
 
     cpus: int | None = None  # None: 1 under icount (see vcpus), else the host's CPUs up to 4
     memory: str = "3G"
@@ -80,6 +103,7 @@ class GuestConfig:
     kernel: Path | None = None
     clock: str = "icount"  # icount | realtime (see docs/guest-clock.md); KVM guests: realtime
     icount: IcountOptions = IcountOptions()
+    cache: bool = True  # read cached_dirs() through the cached export (CACHED_TAG)
 
     @classmethod
     def from_env(cls) -> "GuestConfig":
@@ -92,10 +116,14 @@ class GuestConfig:
         cpus = e.get("TESTBED_GUEST_CPUS") or None
         if cpus is not None and not (cpus.isdigit() and 1 <= int(cpus) <= 64):
             raise UsageError(f"TESTBED_GUEST_CPUS={cpus!r}: accepted a whole number 1..64")
+        cache = e.get("TESTBED_GUEST_CACHE", "on")
+        if cache not in ("on", "off"):
+            raise UsageError(f"TESTBED_GUEST_CACHE={cache!r}: accepted on or off")
         return cls(cpus=int(cpus) if cpus else None,
                    memory=e.get("TESTBED_GUEST_MEMORY", "3G"), kvm=e.get("TESTBED_GUEST_KVM", "auto"),
                    kernel=Path(e["TESTBED_GUEST_KERNEL"]) if e.get("TESTBED_GUEST_KERNEL") else None,
-                   clock=clock, icount=IcountOptions.parse(e.get("TESTBED_GUEST_ICOUNT", "")))
+                   clock=clock, icount=IcountOptions.parse(e.get("TESTBED_GUEST_ICOUNT", "")),
+                   cache=cache == "on")
 
 
 def vcpus(cfg: GuestConfig, use_kvm: bool) -> int:
@@ -110,8 +138,10 @@ def vcpus(cfg: GuestConfig, use_kvm: bool) -> int:
     return min(os.cpu_count() or 2, 4)
 
 
-def vng_command(argv: list[str], cfg: GuestConfig, rw_dirs: list[Path], use_kvm: bool) -> list[str]:
-    """The virtme-ng argument list that runs ``argv`` in the guest."""
+def vng_command(argv: list[str], cfg: GuestConfig, rw_dirs: list[Path], use_kvm: bool,
+                git: str | None = None) -> list[str]:
+    """The virtme-ng argument list that runs ``argv`` in the guest; ``git``: the
+    checkout's git state for the guest's manifests (testbed.manifest.GIT_ENV)."""
     from testbed.features import distro_kernel
 
     kernel = cfg.kernel or distro_kernel()
@@ -121,10 +151,12 @@ def vng_command(argv: list[str], cfg: GuestConfig, rw_dirs: list[Path], use_kvm:
     dirs = sorted({str(REPO), *(str(d.resolve()) for d in rw_dirs)})
     guest_cmd = shlex.join(["env", f"OT_GUEST_CWD={os.getcwd()}", f"OT_RW_DIRS={':'.join(dirs)}",
                             f"TESTBED_GUEST_ACCEL={'kvm' if use_kvm else 'tcg'}",
-                            f"TESTBED_GUEST_CLOCK={clock_label(cfg, use_kvm)}", str(INIT), *argv])
+                            f"TESTBED_GUEST_CLOCK={clock_label(cfg, use_kvm)}",
+                            f"OT_CACHED_DIRS={':'.join(cached_dirs()) if cfg.cache else ''}",
+                            *([f"{GIT_ENV}={git}"] if git else []), str(INIT), *argv])
     vng = [str(Path(sys.executable).parent / "vng"), "--run", str(kernel), "--cpus", str(vcpus(cfg, use_kvm)),
            "--memory", cfg.memory, *[f"--rwdir={d}" for d in dirs], "--exec", guest_cmd]
-    qemu = list(QEMU_OPTS)
+    qemu = [*QEMU_OPTS, *(CACHED_QEMU_OPTS if cfg.cache else ())]
     if not use_kvm:
         vng.insert(1, "--disable-kvm")
         if cfg.clock == "icount":
@@ -178,9 +210,10 @@ def run_in_guest(argv: list[str], *, rw_dirs: list[Path] | None = None, ledger_i
     cfg = cfg or GuestConfig.from_env()
     use_kvm = decide_kvm(cfg)
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
+    git = git_env(git_info())
     for attempt in (1, 2):
         t0 = time.monotonic()
-        code, booted = _boot_once(vng_command(argv, cfg, rw_dirs or [], use_kvm), env,
+        code, booted = _boot_once(vng_command(argv, cfg, rw_dirs or [], use_kvm, git=git), env,
                                   ledger_id or f"guest-{os.getpid()}-{attempt}")
         if booted or code in (130, 143):
             return code

@@ -1,6 +1,7 @@
 """The guest clock option (testbed.vm) and timeouts that hold on both clocks
 (testbed.hostclock), without booting anything."""
 
+import dataclasses
 import shlex
 import subprocess
 import sys
@@ -67,12 +68,13 @@ def _qemu_opts(command: list[str]) -> list[str]:
 def test_qemu_gets_icount_only_under_software_emulation():
     cfg = vm.GuestConfig(cpus=1, kernel=KERNEL, clock="icount", icount=vm.IcountOptions(0, False))
     tcg = vm.vng_command(["true"], cfg, [], use_kvm=False)
-    assert _qemu_opts(tcg) == [*vm.QEMU_OPTS, "-icount", "shift=0,sleep=off"]
+    base = [*vm.QEMU_OPTS, *vm.CACHED_QEMU_OPTS]
+    assert _qemu_opts(tcg) == [*base, "-icount", "shift=0,sleep=off"]
     assert "TESTBED_GUEST_CLOCK=icount:shift=0,sleep=off" in tcg[-1]
     kvm = vm.vng_command(["true"], cfg, [], use_kvm=True)
-    assert _qemu_opts(kvm) == list(vm.QEMU_OPTS) and "TESTBED_GUEST_CLOCK=realtime" in kvm[-1]
+    assert _qemu_opts(kvm) == base and "TESTBED_GUEST_CLOCK=realtime" in kvm[-1]
     rt = vm.vng_command(["true"], vm.GuestConfig(kernel=KERNEL, clock="realtime"), [], use_kvm=False)
-    assert _qemu_opts(rt) == list(vm.QEMU_OPTS) and "TESTBED_GUEST_CLOCK=realtime" in rt[-1]
+    assert _qemu_opts(rt) == base and "TESTBED_GUEST_CLOCK=realtime" in rt[-1]
 
 
 def test_virtio_serial_devices_get_two_ports_not_qemus_31():
@@ -83,7 +85,28 @@ def test_virtio_serial_devices_get_two_ports_not_qemus_31():
     cfg = vm.GuestConfig(cpus=1, kernel=KERNEL, clock="icount", icount=vm.IcountOptions(0, False))
     parser = vng_run.make_parser()
     args = parser.parse_args(vm.vng_command(["true"], cfg, [], use_kvm=True)[1:])
-    assert shlex.split(" ".join(args.qemu_opts)) == list(vm.QEMU_OPTS)
+    assert shlex.split(" ".join(args.qemu_opts)) == [*vm.QEMU_OPTS, *vm.CACHED_QEMU_OPTS]
+
+
+def test_the_cached_export_is_read_only_and_can_be_turned_off(monkeypatch):
+    """The second 9p export of the root (the guest mounts it with cache=loose and binds
+    the read-only trees over their uncached views) is read-only; with
+    TESTBED_GUEST_CACHE=off neither the export nor the list of trees goes to the guest,
+    and a bad value is refused naming the variable."""
+    fsdev = vm.CACHED_QEMU_OPTS[vm.CACHED_QEMU_OPTS.index("-fsdev") + 1]
+    assert "path=/," in fsdev and "readonly=on" in fsdev
+    assert f"mount_tag={vm.CACHED_TAG}" in vm.CACHED_QEMU_OPTS[-1]
+    dirs = vm.cached_dirs()
+    assert dirs and all(d.startswith("/") for d in dirs) and not any("results" in d for d in dirs)
+    on = vm.vng_command(["true"], vm.GuestConfig(kernel=KERNEL), [], use_kvm=False)
+    assert f"OT_CACHED_DIRS={':'.join(dirs)}" in on[-1]
+    monkeypatch.setenv("TESTBED_GUEST_CACHE", "off")
+    cfg = vm.GuestConfig.from_env()
+    off = vm.vng_command(["true"], dataclasses.replace(cfg, kernel=KERNEL), [], use_kvm=False)
+    assert "-fsdev" not in _qemu_opts(off) and "OT_CACHED_DIRS= " in off[-1]
+    monkeypatch.setenv("TESTBED_GUEST_CACHE", "yes")
+    with pytest.raises(UsageError, match="TESTBED_GUEST_CACHE='yes': accepted on or off"):
+        vm.GuestConfig.from_env()
 
 
 def test_clock_choice_says_why():
