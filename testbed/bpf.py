@@ -33,6 +33,7 @@ import shutil
 import socket
 import struct
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -566,14 +567,21 @@ def map_update(pin_dir: Path, name: str, entries: list[tuple[bytes, bytes]]) -> 
     Returns the number of entries written; raises CommandError if the loader rejects a
     size or the kernel an update (the message names the map and the line).
     """
+    return map_updates(pin_dir, {name: entries})
+
+
+def map_updates(pin_dir: Path, maps: Mapping[str, list[tuple[bytes, bytes]]]) -> int:
+    """:func:`map_update` of several pinned maps, in the order given, by one loader
+    process (one costs ~0.3-3 s under software emulation). Returns the number of
+    entries written; raises CommandError as :func:`map_update` does."""
     pin = check_pin_dir(pin_dir)
-    if not entries:
-        return 0
     batch = Batch()
-    for k, v in entries:
-        batch.update(pin / "maps" / name, k, v)
-    batch.run()
-    return len(entries)
+    for name, entries in maps.items():
+        for k, v in entries:
+            batch.update(pin / "maps" / name, k, v)
+    if len(batch):
+        batch.run()
+    return len(batch)
 
 
 def map_dump(pin_dir: Path, name: str, keys: list[bytes] | None = None) -> list[tuple[bytes, bytes]]:

@@ -33,17 +33,17 @@ class NodeConfig:
 def configure_nodes(pin_dir: Path, nodes: list[NodeConfig]) -> None:
     """Write every node's configuration and (ifindex -> port) entries and reset its
     state (all ports free, counters zero, and the OBS state inside it: announced bursts,
-    core counters, holding-delay histogram): one loader call per map, not per node.
+    core counters, holding-delay histogram): one loader call for all of it.
     Raises DefinitionError (key ``node<id>.arch.<param>``) when a duration dilated by
     the node's D leaves its range; nothing is written then."""
     cfgs = [(layout.u32_key(n.node_id),
              layout.node_cfg(n.assignment.arch.code, n.assignment.packed(n.tdf, key=f"node{n.node_id}.arch"), n.ports))
             for n in nodes]
-    bpf.map_update(pin_dir, "optsw_cfg", cfgs)
-    bpf.map_update(pin_dir, "optsw_state", [(layout.u32_key(n.node_id), bytes(layout.STATE_SIZE)) for n in nodes])
-    bpf.map_update(pin_dir, "optsw_ifport",
-                   [(layout.ifport_key(n.node_id, ifx), layout.u32_key(port))
-                    for n in nodes for port, ifx in sorted((n.ifindex_of_port or {}).items())])
+    bpf.map_updates(pin_dir, {
+        "optsw_cfg": cfgs,
+        "optsw_state": [(layout.u32_key(n.node_id), bytes(layout.STATE_SIZE)) for n in nodes],
+        "optsw_ifport": [(layout.ifport_key(n.node_id, ifx), layout.u32_key(port))
+                         for n in nodes for port, ifx in sorted((n.ifindex_of_port or {}).items())]})
 
 
 def configure_node(pin_dir: Path, node_id: int, assignment: Assignment, ports: list[PortConfig],
