@@ -30,13 +30,22 @@ def require_root() -> None:
         pytest.skip("needs root (namespaces, qdiscs, BPF)")
 
 
+#: probe results of this test process, by feature: a kernel's features do not change
+#: while a pytest process runs, and each probe makes namespaces, qdiscs and processes
+#: (the 13 of them ~1 s natively; in the TCG guest every test paid them again, ~25 s of
+#: guest time in the one test profiled, 2026-11-29)
+_PROBED: dict = {}
+
+
 def require_features(*names: str) -> None:
     """Skip with the probe's reason when this kernel lacks a feature, unless the tier
-    demands it (TESTBED_REQUIRE_FEATURES=1, set for the guest tier): then fail."""
+    demands it (TESTBED_REQUIRE_FEATURES=1, set for the guest tier): then fail. Probes
+    only the features named, each once per process."""
     from testbed.features import probe_all
 
-    probes = probe_all()
-    missing = {n: probes[n].detail for n in names if not probes[n].ok}
+    unknown = [n for n in names if n not in _PROBED]
+    _PROBED.update(probe_all(unknown))
+    missing = {n: _PROBED[n].detail for n in names if not _PROBED[n].ok}
     if missing:
         msg = "; ".join(f"{k}: {v}" for k, v in missing.items())
         if os.environ.get("TESTBED_REQUIRE_FEATURES") == "1":
