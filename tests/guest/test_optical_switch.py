@@ -18,6 +18,12 @@ Time dilation: 10 Gbit/s ports at D = 40000 (tau of a 1514 B frame 48 ms), so th
 is far above the guest's timer lateness, which the fidelity monitor measures here too.
 Packets are UDP datagrams sent from one process through sockets opened in each host's
 namespace, so two senders start within microseconds of each other.
+
+One emulation per topology serves every test on it (module fixtures): a test sets the
+switches' architecture with ``OpticalFabric.reconfigure_switches``, which zeroes every
+node's state, counters and the fidelity monitor as a new fabric would (the studies
+move between points the same way). Building one costs ~30-45 s of CI's wall time under
+TCG; eleven builds were ~40 % of guest shard 1 (2026-11-29), five remain.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from testbed import hostclock, setns
 from testbed.ledger import Ledger
 from testbed.net import Emulation
 from testbed.optical import layout
+from testbed.optical.architectures import from_model, parse
 from testbed.optical.mechanisms import FQ_OPTS
 from testbed.optical.routes import uniformity_p_value
 from testbed.units import propagation_delay_s
@@ -72,6 +79,35 @@ def _emulation(topo):
             yield emu
     finally:
         assert not ledger.teardown(), "teardown left objects"
+
+
+def _reconfigured(emu, assignment):
+    """``emu`` with every switch given ``assignment`` and all state and counters zeroed."""
+    emu.optical.reconfigure_switches(assignment)
+    return emu
+
+
+def _shared(name: str, make_topo, doc: str):
+    """Module fixture ``name``: one emulation of ``make_topo()`` for every test of this
+    file that asks for it."""
+    @pytest.fixture(scope="module", name=name)
+    def fixture():
+        with _emulation(make_topo()) as emu:
+            yield emu
+    fixture.__doc__ = doc
+    return fixture
+
+
+star2 = _shared("star2", lambda: OpticalStar(n_senders=2, model="all-optical", rate_bps=RATE,
+                                             tdf=TDF_CONTENTION),
+                "Two senders and h0 on s1 (tests (a)); each test sets s1's architecture.")
+star5 = _shared("star5", lambda: OpticalStar(n_senders=5, arch="ob:1500", rate_bps=RATE, tdf=TDF_CONTENTION),
+                "Five senders and h0 on s1 (tests (e)).")
+chain4 = _shared("chain4", lambda: OpticalChain(n_switches=4, model="electronic", rate_bps=RATE, tdf=TDF),
+                 "h1 - four switches - h2 with 10 m links (tests (b) and the monitor's lateness).")
+chain4_long = _shared("chain4_long", lambda: OpticalChain(n_switches=4, length_m=TSQ_LINK_M, model="electronic",
+                                                          rate_bps=RATE, tdf=TSQ_TDF),
+                      "The same chain with 1 km links (tests (d)).")
 
 
 def _row(emu, node: str, port: int) -> dict:
@@ -119,52 +155,52 @@ def _contended_output_outcome(emu, total: int, expect: tuple[int, int, int]) -> 
     ("hybrid", 1, (1, 1, 2)),
     ("electronic", 0, (0, 4, 0)),
 ])
-def test_two_senders_into_one_output(model, n_e, expect):
-    with _emulation(OpticalStar(n_senders=2, model=model, n_e=n_e, rate_bps=RATE, tdf=TDF_CONTENTION)) as emu:
-        dst = emu["h0"].ip
-        s1, s2 = _udp_socket(emu["h1"].netns), _udp_socket(emu["h2"].netns)
-        data = bytes(PAYLOAD)
-        # h1: a1, a2 back to back (its NIC spaces them by tau); h2: b1, b2 likewise,
-        # microseconds later: a1 b1 a2 b2 reach s1's port to h0 interleaved within tau.
-        s1.sendto(data, (dst, 9))
-        s1.sendto(data, (dst, 9))
-        s2.sendto(data, (dst, 9))
-        s2.sendto(data, (dst, 9))
-        _contended_output_outcome(emu, 4, expect)
+def test_two_senders_into_one_output(star2, model, n_e, expect):
+    emu = _reconfigured(star2, from_model(model, n_e))
+    dst = emu["h0"].ip
+    s1, s2 = _udp_socket(emu["h1"].netns), _udp_socket(emu["h2"].netns)
+    data = bytes(PAYLOAD)
+    # h1: a1, a2 back to back (its NIC spaces them by tau); h2: b1, b2 likewise,
+    # microseconds later: a1 b1 a2 b2 reach s1's port to h0 interleaved within tau.
+    s1.sendto(data, (dst, 9))
+    s1.sendto(data, (dst, 9))
+    s2.sendto(data, (dst, 9))
+    s2.sendto(data, (dst, 9))
+    _contended_output_outcome(emu, 4, expect)
 
 
 @pytest.mark.parametrize("arch,expect", [("ob:1500", (1, 1, 3)), ("ob:150000", (1, 4, 0))])
-def test_optical_ram_output_buffer_on_one_burst(arch, expect):
+def test_optical_ram_output_buffer_on_one_burst(star5, arch, expect):
     """The same burst of five simultaneous 1500 B IP packets (one per sender) for h0:
     (cut-through, buffered, dropped) at s1's port to h0; h0 receives the forwarded ones,
     spaced by tau (a buffered packet leaves when the output frees)."""
-    with _emulation(OpticalStar(n_senders=5, arch=arch, rate_bps=RATE, tdf=TDF_CONTENTION)) as emu:
-        dst = emu["h0"].ip
-        socks = [_udp_socket(emu[f"h{i}"].netns) for i in range(1, 6)]
-        data = bytes(PAYLOAD)
-        for s in socks:
-            s.sendto(data, (dst, 9))
-        r = _contended_output_outcome(emu, 5, expect)
-        delivered = expect[0] + expect[1]
-        assert r["busy_ns"] == delivered * TAU and r["max_occ_bytes"] == (delivered - 1) * FRAME, r
+    emu = _reconfigured(star5, parse(arch))
+    dst = emu["h0"].ip
+    socks = [_udp_socket(emu[f"h{i}"].netns) for i in range(1, 6)]
+    data = bytes(PAYLOAD)
+    for s in socks:
+        s.sendto(data, (dst, 9))
+    r = _contended_output_outcome(emu, 5, expect)
+    delivered = expect[0] + expect[1]
+    assert r["busy_ns"] == delivered * TAU and r["max_occ_bytes"] == (delivered - 1) * FRAME, r
 
 
 @pytest.mark.parametrize("model,taus", [("all-optical", 1), ("electronic", 5)])
-def test_idle_five_hop_delay(model, taus):
-    with _emulation(OpticalChain(n_switches=4, model=model, rate_bps=RATE, tdf=TDF)) as emu:
-        sock = _udp_socket(emu["h1"].netns)
-        want = 5 * PROP + taus * TAU
-        for _ in range(3):
-            before = _row(emu, "h2", 0)["rx"]
-            sock.sendto(bytes(PAYLOAD), (emu["h2"].ip, 9))
-            _wait(lambda: _row(emu, "h2", 0)["rx"] > before)
-            dep = _row(emu, "h1", 0)["last_dep_ns"]
-            rx = _row(emu, "h2", 0)
-            assert rx["last_rx_stamp_ns"] - dep == want, (rx, dep, want)
-            real = rx["last_rx_real_ns"] - dep
-            # The kernel delivers it late by the release lateness of the last hop only.
-            assert want <= real < want + TAU / 4, (real, want)
-            time.sleep(3 * TAU / 1e9)
+def test_idle_five_hop_delay(chain4, model, taus):
+    emu = _reconfigured(chain4, from_model(model, 0))
+    sock = _udp_socket(emu["h1"].netns)
+    want = 5 * PROP + taus * TAU
+    for _ in range(3):
+        before = _row(emu, "h2", 0)["rx"]
+        sock.sendto(bytes(PAYLOAD), (emu["h2"].ip, 9))
+        _wait(lambda: _row(emu, "h2", 0)["rx"] > before)
+        dep = _row(emu, "h1", 0)["last_dep_ns"]
+        rx = _row(emu, "h2", 0)
+        assert rx["last_rx_stamp_ns"] - dep == want, (rx, dep, want)
+        real = rx["last_rx_real_ns"] - dep
+        # The kernel delivers it late by the release lateness of the last hop only.
+        assert want <= real < want + TAU / 4, (real, want)
+        time.sleep(3 * TAU / 1e9)
 
 
 # The choice is random, so a uniform spreader fails a chi-square test at significance
@@ -190,18 +226,18 @@ def test_ecmp_spreads_uniformly_over_four_paths():
         _wait(lambda: _row(emu, "h2", 0)["rx"] >= n, timeout=60)
 
 
-def test_fidelity_lateness_at_default_d():
+def test_fidelity_lateness_at_default_d(chain4):
     """The monitor's p99 lateness (packets seen at the next node vs their stamps) is
     small against tau at D = 40000; printed for `make bench` (OPTSW_P99_US)."""
-    with _emulation(OpticalChain(n_switches=4, model="electronic", rate_bps=RATE, tdf=TDF)) as emu:
-        sock = _udp_socket(emu["h1"].netns)
-        for _ in range(10):
-            sock.sendto(bytes(PAYLOAD), (emu["h2"].ip, 9))
-        _wait(lambda: _row(emu, "h2", 0)["rx"] >= 10, timeout=60)
-        mon = emu.optical.monitor()
-        print(f"\nOPTSW_P99_US {mon['p99_ns'] / 1e3:.1f}\nOPTSW_MONITOR {mon}")
-        assert mon["packets"] >= 50  # 10 packets x 5 hops
-        assert mon["p99_ns"] < TAU / 4, mon
+    emu = _reconfigured(chain4, from_model("electronic", 0))
+    sock = _udp_socket(emu["h1"].netns)
+    for _ in range(10):
+        sock.sendto(bytes(PAYLOAD), (emu["h2"].ip, 9))
+    _wait(lambda: _row(emu, "h2", 0)["rx"] >= 10, timeout=60)
+    mon = emu.optical.monitor()
+    print(f"\nOPTSW_P99_US {mon['p99_ns'] / 1e3:.1f}\nOPTSW_MONITOR {mon}")
+    assert mon["packets"] >= 50  # 10 packets x 5 hops
+    assert mon["p99_ns"] < TAU / 4, mon
 
 
 # TCP Small Queues (docs/environment.md): a socket may have about max(2 packets, pacing
@@ -220,18 +256,19 @@ TSQ_LINK_M = 1000.0
 TSQ_BYTES = 2000 * 1448
 
 
-def _bulk_goodput_bps(emu, nbytes: int) -> float:
-    """Paper bit/s of one CUBIC transfer h1 -> h2 of ``nbytes``: payload bytes over the
-    receiver's time from its first to its last byte (emulation clock x 1/D)."""
+def _bulk_goodput_bps(emu, nbytes: int, port: int) -> float:
+    """Paper bit/s of one CUBIC transfer h1 -> h2 of ``nbytes`` to TCP ``port`` (one per
+    transfer on an emulation: an earlier one's may still be in TIME_WAIT): payload bytes
+    over the receiver's time from its first to its last byte (emulation clock x 1/D)."""
     with setns.entered(emu["h2"].netns):
         srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     with setns.entered(emu["h1"].netns):
         cli = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     with srv, cli:
-        srv.bind((emu["h2"].ip, 5999))
+        srv.bind((emu["h2"].ip, port))
         srv.listen(1)
         cli.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, b"cubic")
-        cli.connect((emu["h2"].ip, 5999))
+        cli.connect((emu["h2"].ip, port))
         conn, _ = srv.accept()
         with conn:
             t = threading.Thread(target=cli.sendall, args=(bytes(nbytes),))
@@ -254,15 +291,16 @@ def _bulk_goodput_bps(emu, nbytes: int) -> float:
 
 
 @pytest.mark.parametrize("host_qdisc", ["hostnic", "fq"])
-def test_tcp_small_queues_do_not_hold_the_sender(host_qdisc):
-    with _emulation(OpticalChain(n_switches=4, length_m=TSQ_LINK_M, model="electronic", rate_bps=RATE,
-                                 tdf=TSQ_TDF)) as emu:
-        if host_qdisc == "fq":
-            emu["h1"].run(["tc", "qdisc", "replace", "dev", emu["h1"].intfs[0], "root", "fq", *FQ_OPTS])
-        goodput = _bulk_goodput_bps(emu, TSQ_BYTES)
-        print(f"\nTSQ_GOODPUT {host_qdisc} {goodput / 1e9:.2f} Gb/s")
-        if host_qdisc == "hostnic":
-            assert goodput > 0.8 * RATE, f"hostnic: {goodput / 1e9:.2f} Gb/s, cwnd should fill the path"
-        else:
-            assert goodput < 0.5 * RATE, (f"fq: {goodput / 1e9:.2f} Gb/s; TCP Small Queues no longer hold "
-                                          "the sender across veth pairs in this kernel (update docs/environment.md)")
+def test_tcp_small_queues_do_not_hold_the_sender(chain4_long, host_qdisc):
+    emu = _reconfigured(chain4_long, from_model("electronic", 0))
+    # hostnic first (parameter order): fq then replaces h1's hostnic for the rest of the
+    # module's life, which is the last test of this emulation
+    if host_qdisc == "fq":
+        emu["h1"].run(["tc", "qdisc", "replace", "dev", emu["h1"].intfs[0], "root", "fq", *FQ_OPTS])
+    goodput = _bulk_goodput_bps(emu, TSQ_BYTES, port=5998 if host_qdisc == "fq" else 5999)
+    print(f"\nTSQ_GOODPUT {host_qdisc} {goodput / 1e9:.2f} Gb/s")
+    if host_qdisc == "hostnic":
+        assert goodput > 0.8 * RATE, f"hostnic: {goodput / 1e9:.2f} Gb/s, cwnd should fill the path"
+    else:
+        assert goodput < 0.5 * RATE, (f"fq: {goodput / 1e9:.2f} Gb/s; TCP Small Queues no longer hold "
+                                      "the sender across veth pairs in this kernel (update docs/environment.md)")
