@@ -100,10 +100,10 @@ def test_a_k4_fat_tree_attaches_every_node_with_one_loader_start(loader, no_kern
     for np in fab.nodes.values():
         assert np.ifindex_of_port == {i: loader.ifindex[(np.netns, d)] for i, d in enumerate(np.devs)}
         assert [p.ifindex for p in np.ports] == [loader.ifindex[(np.netns, d)] for d in np.devs]
-    # the configuration and the routes follow in their own batches, as before
-    assert [sorted({op[1].rsplit("/", 1)[1] for op in ops}) for _, ops in loader.calls[1:]] == [
-        ["optsw_cfg"], ["optsw_state"], ["optsw_ifport"], ["optsw_routes"]]
-    assert len(loader.calls) == 5  # was 41
+    # the configuration (its three maps in one batch, in this order) and the routes follow
+    assert [list(dict.fromkeys(op[1].rsplit("/", 1)[1] for op in ops)) for _, ops in loader.calls[1:]] == [
+        ["optsw_cfg", "optsw_state", "optsw_ifport"], ["optsw_routes"]]
+    assert len(loader.calls) == 3  # was 41, then 5 (a process per configuration map)
     pins = [e.attrs for e in led.entries if e.resource == "bpf-pin"]
     assert pins == [{"path": str(pin)}]
     qdiscs = [(e.attrs["netns"], e.attrs["dev"]) for e in led.entries if e.resource == "qdisc"]
