@@ -71,7 +71,9 @@ tier native "$py" -m pytest -q -p no:cacheprovider --junitxml="$junit/native.xml
 # 170, lossdetect 61, ...). Since then each guest `testbed run` skips git (~60 s of its
 # wall time there) and the e3 scenario checks its ports with one tc; obs_fabric,
 # lossdetect, hostnic, cwndtrace and xcppace (~290 s) moved to shard 1: about 2 700 s of
-# tests each at that load (estimated).
+# tests each at that load (estimated). netem_path and e3_kernel_datapath after all of it,
+# in one guest beside two others: 344 s and 362 s (were 1 276 s and 725 s beside three
+# to four).
 # Durations: pytest's are guest time (icount); the host-clock list is wall time.
 # COLUMNS=400: pytest cuts each line of its closing "short test summary" to the terminal's
 # width (80 when, as here, its output is a pipe), which left only "AssertionError" of a
