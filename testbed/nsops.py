@@ -180,7 +180,10 @@ def add_veth(name_a: str, netns_a: str | None, name_b: str, netns_b: str | None)
     if netns_b is None:
         peer_fd = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC) if netns_a is not None else None
     else:
-        peer_fd = setns.open_named(netns_b)
+        try:
+            peer_fd = setns.open_named(netns_b)
+        except OSError as exc:
+            raise NsOpsError(f"network namespace {netns_b}: {exc.strerror}") from None
 
     def make() -> None:
         if _index(name_a) is not None:

@@ -44,6 +44,9 @@ def test_veth_between_namespaces_is_configured(two_netns):
     assert "tcp-segmentation-offload: on" in cmd.run(["ethtool", "-k", "vb"], netns=b).stdout
     with pytest.raises(nsops.NsOpsError, match="already exists"):
         nsops.add_veth("va", a, "vc", b)
+    with pytest.raises(nsops.NsOpsError, match=f"network namespace {b}-gone: No such file"):
+        nsops.add_veth("vd", a, "ve", f"{b}-gone")
+    assert not nsops.link_exists("vd", a)
 
 
 def test_peer_in_the_root_namespace(two_netns):
