@@ -225,7 +225,7 @@ def configure_link(name: str, netns: str | None, *, mtu: int | None = None, offl
                 ethtool.features_off(name, OFFLOAD_PREFIXES)
             except OSError as exc:
                 raise NsOpsError(f"turn offloads off on {name} in {netns or 'the root namespace'}: "
-                                 f"{exc.strerror}") from None
+                                 f"{exc.strerror or exc}") from None
         if up is not None:
             _set_link(idx, IFF_UP if up else 0, IFF_UP)
     _netlink(netns, f"configure {name}", body)
