@@ -88,10 +88,9 @@ class _KernelRefused(NsOpsError):
 
 # rtnetlink message types and attributes (include/uapi/linux/rtnetlink.h, if_link.h,
 # if_addr.h, neighbour.h, veth.h)
-RTM_NEWLINK, RTM_DELLINK, RTM_GETLINK = 16, 17, 18
 RTM_NEWADDR, RTM_NEWROUTE = 20, 24
 RTM_NEWNEIGH, RTM_DELNEIGH, RTM_GETNEIGH = 28, 29, 30
-IFLA_ADDRESS, IFLA_IFNAME, IFLA_MTU, IFLA_LINKINFO, IFLA_NET_NS_FD = 1, 3, 4, 18, 28
+IFLA_ADDRESS, IFLA_MTU, IFLA_LINKINFO, IFLA_NET_NS_FD = 1, 4, 18, 28
 IFLA_INFO_KIND, IFLA_INFO_DATA, VETH_INFO_PEER = 1, 2, 1
 IFA_ADDRESS, IFA_LOCAL = 1, 2
 RTA_DST, RTA_OIF, RTA_GATEWAY = 1, 4, 5
@@ -100,7 +99,6 @@ IFF_UP, IFF_NOARP = 0x1, 0x80
 RT_TABLE_MAIN, RTPROT_STATIC, RT_SCOPE_UNIVERSE, RTN_UNICAST = 254, 4, 0, 1
 #: neighbour states (include/uapi/linux/neighbour.h): never expires nor is probed; no ARP
 NUD_PERMANENT, NUD_NOARP = 0x80, 0x40
-_IFI = struct.Struct("=BxHiII")      # ifinfomsg: family, type, index, flags, change
 _IFA = struct.Struct("=BBBBi")       # ifaddrmsg: family, prefixlen, flags, scope, index
 _RTM = struct.Struct("=BBBBBBBBI")   # rtmsg: family, dst_len, src_len, tos, table, protocol, scope, type, flags
 _NDM = struct.Struct("=BxxxiHBB")    # ndmsg: family, ifindex, state, flags, type
@@ -120,29 +118,19 @@ def _netlink(netns: str | None, what: str, fn: Callable[[], T]) -> T:
 def _request(msg_type: int, flags: int, body: bytes) -> list[tuple[int, bytes]]:
     """One rtnetlink request on a fresh socket of the calling thread's namespace (with
     an ack unless it is a dump); the (type, payload) replies. Raises _KernelRefused."""
-    with rtnl.open_socket() as s:
-        return rtnl.exchange(s, bytearray(rtnl.RECV_BYTES), 1, msg_type,
-                             flags | (0 if flags & rtnl.NLM_F_DUMP == rtnl.NLM_F_DUMP else rtnl.NLM_F_ACK),
-                             body, _KernelRefused)
-
-
-def _index(name: str) -> int | None:
-    """The index of device ``name`` in the calling thread's namespace, None without one."""
-    try:
-        return socket.if_nametoindex(name)
-    except OSError:
-        return None
+    ack = 0 if flags & rtnl.NLM_F_DUMP == rtnl.NLM_F_DUMP else rtnl.NLM_F_ACK
+    return rtnl.request(msg_type, flags | ack, body, _KernelRefused)
 
 
 def _existing_index(name: str, netns: str | None) -> int:
-    idx = _index(name)
+    idx = rtnl.index_of(name)
     if idx is None:
         raise NsOpsError(f"no interface {name} in {netns or 'the root namespace'}")
     return idx
 
 
 def _set_link(idx: int, flags: int = 0, change: int = 0, attributes: bytes = b"") -> None:
-    _request(RTM_NEWLINK, 0, _IFI.pack(socket.AF_UNSPEC, 0, idx, flags, change) + attributes)
+    _request(rtnl.RTM_NEWLINK, 0, rtnl.IFI.pack(socket.AF_UNSPEC, 0, idx, flags, change) + attributes)
 
 
 def _mac_bytes(mac: str) -> bytes:
@@ -165,7 +153,7 @@ def link_exists(name: str, netns: str | None = None) -> bool:
     """True when device ``name`` exists in ``netns`` (False when the namespace is gone)."""
     if netns is not None and not (NETNS_RUN_DIR / netns).exists():
         return False
-    return call_in(netns, lambda: _index(name) is not None)
+    return call_in(netns, lambda: rtnl.index_of(name) is not None)
 
 
 def add_veth(name_a: str, netns_a: str | None, name_b: str, netns_b: str | None) -> None:
@@ -186,16 +174,16 @@ def add_veth(name_a: str, netns_a: str | None, name_b: str, netns_b: str | None)
             raise NsOpsError(f"network namespace {netns_b}: {exc.strerror}") from None
 
     def make() -> None:
-        if _index(name_a) is not None:
+        if rtnl.index_of(name_a) is not None:
             raise NsOpsError(f"interface {name_a} already exists in {netns_a or 'the root namespace'}; "
                              "not touching it")
-        peer = _IFI.pack(socket.AF_UNSPEC, 0, 0, 0, 0) + rtnl.attr(IFLA_IFNAME, name_b.encode() + b"\0")
+        peer = rtnl.IFI.pack(socket.AF_UNSPEC, 0, 0, 0, 0) + rtnl.attr(rtnl.IFLA_IFNAME, name_b.encode() + b"\0")
         if peer_fd is not None:
             peer += rtnl.attr(IFLA_NET_NS_FD, struct.pack("=I", peer_fd))
         info = (rtnl.attr(IFLA_INFO_KIND, b"veth\0")
                 + rtnl.attr(IFLA_INFO_DATA | rtnl.NLA_F_NESTED, rtnl.attr(VETH_INFO_PEER, peer)))
-        _request(RTM_NEWLINK, rtnl.NLM_F_CREATE | rtnl.NLM_F_EXCL,
-                 _IFI.pack(socket.AF_UNSPEC, 0, 0, 0, 0) + rtnl.attr(IFLA_IFNAME, name_a.encode() + b"\0")
+        _request(rtnl.RTM_NEWLINK, rtnl.NLM_F_CREATE | rtnl.NLM_F_EXCL,
+                 rtnl.IFI.pack(socket.AF_UNSPEC, 0, 0, 0, 0) + rtnl.attr(rtnl.IFLA_IFNAME, name_a.encode() + b"\0")
                  + rtnl.attr(IFLA_LINKINFO | rtnl.NLA_F_NESTED, info))
     try:
         _netlink(netns_a, f"create veth {name_a}--{name_b}", make)
@@ -218,8 +206,8 @@ def configure_link(name: str, netns: str | None, *, mtu: int | None = None, offl
             attributes += rtnl.attr(IFLA_MTU, struct.pack("=I", int(mtu)))
         if mac is not None:
             attributes += rtnl.attr(IFLA_ADDRESS, mac)
-        if attributes or arp is not None:
-            _set_link(idx, 0 if arp or arp is None else IFF_NOARP, 0 if arp is None else IFF_NOARP, attributes)
+        if attributes or arp is not None:   # ARP: IFF_NOARP changed (set when arp is False)
+            _set_link(idx, IFF_NOARP if arp is False else 0, 0 if arp is None else IFF_NOARP, attributes)
         if not offloads:
             try:
                 ethtool.features_off(name, OFFLOAD_PREFIXES)
@@ -280,9 +268,9 @@ def _link_attrs(name: str, netns: str | None, what: str) -> dict[int, bytes]:
     there is no such interface."""
     def body() -> dict[int, bytes]:
         idx = _existing_index(name, netns)
-        for mtype, msg in _request(RTM_GETLINK, 0, _IFI.pack(socket.AF_UNSPEC, 0, idx, 0, 0)):
-            if mtype == RTM_NEWLINK and len(msg) >= _IFI.size and _IFI.unpack_from(msg)[2] == idx:
-                return rtnl.attrs(msg[_IFI.size:])
+        for mtype, msg in _request(rtnl.RTM_GETLINK, 0, rtnl.IFI.pack(socket.AF_UNSPEC, 0, idx, 0, 0)):
+            if mtype == rtnl.RTM_NEWLINK and len(msg) >= rtnl.IFI.size and rtnl.IFI.unpack_from(msg)[2] == idx:
+                return rtnl.attrs(msg[rtnl.IFI.size:])
         raise NsOpsError(f"no link message for {name} in {netns or 'the root namespace'}")
     return _netlink(netns, f"read the {what} of {name}", body)
 
@@ -338,10 +326,10 @@ def flush_neighbours(netns: str | None) -> int:
 def delete_link(name: str, netns: str | None) -> None:
     """Delete ``name`` if it exists (a veth takes its peer with it)."""
     def body() -> None:
-        idx = _index(name)
+        idx = rtnl.index_of(name)
         if idx is not None:
             try:
-                _request(RTM_DELLINK, 0, _IFI.pack(socket.AF_UNSPEC, 0, idx, 0, 0))
+                _request(rtnl.RTM_DELLINK, 0, rtnl.IFI.pack(socket.AF_UNSPEC, 0, idx, 0, 0))
             except _KernelRefused as exc:
                 if exc.errno != errno.ENODEV:  # its peer's deletion took it meanwhile
                     raise

@@ -24,6 +24,11 @@ SOL_NETLINK, NETLINK_CAP_ACK, NETLINK_EXT_ACK = 270, 10, 11
 #: one dump skb); a longer one is refused as truncated, never cut silently
 RECV_BYTES = 1 << 16
 _NLH = struct.Struct("=IHHII")
+# links (include/uapi/linux/rtnetlink.h, if_link.h): both users look devices up
+RTM_NEWLINK, RTM_DELLINK, RTM_GETLINK = 16, 17, 18
+IFLA_IFNAME = 3
+#: struct ifinfomsg: family, type, index, flags, change
+IFI = struct.Struct("=BxHiII")
 
 #: how a caller's exception is made: ``error(message)`` or ``error(message, errno)``
 ErrorFactory = Callable[..., Exception]
@@ -122,3 +127,18 @@ def exchange(s: socket.socket, buf: bytearray, seq: int, msg_type: int, flags: i
             raise error(f"netlink reply truncated: {n - off} bytes after the last whole message")
         if not flags & NLM_F_DUMP and not flags & NLM_F_ACK:
             return replies
+
+
+def request(msg_type: int, flags: int, body: bytes, error: ErrorFactory) -> list[tuple[int, bytes]]:
+    """:func:`exchange` of one request on a fresh socket of the calling thread's
+    namespace (sequence 1); the (type, payload) replies. Raises ``error``."""
+    with open_socket() as s:
+        return exchange(s, bytearray(RECV_BYTES), 1, msg_type, flags, body, error)
+
+
+def index_of(dev: str) -> int | None:
+    """The index of device ``dev`` in the calling thread's namespace, None without one."""
+    try:
+        return socket.if_nametoindex(dev)
+    except OSError:
+        return None

@@ -32,8 +32,9 @@ def require_root() -> None:
 
 #: probe results of this test process, by feature: a kernel's features do not change
 #: while a pytest process runs, and each probe makes namespaces, qdiscs and processes
-#: (the 13 of them ~1 s natively; in the TCG guest every test paid them again, ~25 s of
-#: guest time in the one test profiled, 2026-11-29)
+#: (the 13 of them ~1 s natively; in the TCG guest beside four other guests all 13 took
+#: 43 s of wall time, the five an optical test names 21 s, and every test paid them
+#: again: 2026-11-29)
 _PROBED: dict = {}
 
 

@@ -34,20 +34,19 @@ from testbed.ledger import Ledger
 from testbed.nsops import NsOpsError, call_in
 # the netlink framing is testbed.rtnl's; these names stay importable from here, where
 # the qdisc modules (voq, xcppace) and their tests take them
-from testbed.rtnl import (NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_REPLACE, RECV_BYTES,  # noqa: F401
-                          attr, attrs, exchange, find_attr, open_socket)
+from testbed.rtnl import (IFI, IFLA_IFNAME, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP,  # noqa: F401
+                          NLM_F_REPLACE, RECV_BYTES, RTM_GETLINK, RTM_NEWLINK, attr, attrs, exchange,
+                          find_attr, index_of, open_socket)
+from testbed.rtnl import request as rtnl_request
 from testbed.setns import NETNS_RUN_DIR
 
-RTM_NEWLINK, RTM_GETLINK = 16, 18
 RTM_NEWQDISC, RTM_DELQDISC, RTM_GETQDISC = 36, 37, 38
-IFLA_IFNAME = 3
 TCA_KIND, TCA_OPTIONS, TCA_STATS2 = 1, 2, 7
 TCA_STATS_BASIC, TCA_STATS_QUEUE, TCA_STATS_APP = 1, 3, 4
 TC_H_ROOT = 0xFFFFFFFF
 #: how long a session waits for each reply datagram (s) before it gives up
 SESSION_TIMEOUT_S = 5.0
 _TCM = struct.Struct("=BxxxiIII")
-_IFI = struct.Struct("=BxHiII")
 
 
 class QdiscError(TestbedError):
@@ -66,18 +65,16 @@ def request(msg_type: int, flags: int, ifindex: int, payload: bytes = b"",
     ``ifindex`` (in the calling thread's namespace) with the attributes ``payload``, on
     a fresh socket; returns the (type, payload) replies. Raises ``error`` with the
     kernel's message on a kernel error, or on a malformed reply (module docstring)."""
-    with open_socket() as s:
-        return exchange(s, bytearray(RECV_BYTES), 1, msg_type, flags,
-                        _TCM.pack(socket.AF_UNSPEC, ifindex, 0, parent, 0) + payload, error)
+    return rtnl_request(msg_type, flags, _TCM.pack(socket.AF_UNSPEC, ifindex, 0, parent, 0) + payload, error)
 
 
 def ifindex(dev: str, netns: str | None, error: type[QdiscError] = QdiscError) -> int:
     """The index of ``dev`` in the calling thread's namespace (named ``netns`` in the
     error). Raises ``error`` when there is no such device."""
-    try:
-        return socket.if_nametoindex(dev)
-    except OSError:
-        raise error(f"no interface {dev} in {netns or 'the root namespace'}") from None
+    idx = index_of(dev)
+    if idx is None:
+        raise error(f"no interface {dev} in {netns or 'the root namespace'}")
+    return idx
 
 
 def _where(netns: str | None) -> str:
@@ -160,13 +157,13 @@ class Session:
         if idx is not None:
             return idx
         try:
-            replies = self._send(RTM_GETLINK, NLM_F_ACK, _IFI.pack(socket.AF_UNSPEC, 0, 0, 0, 0)
+            replies = self._send(RTM_GETLINK, NLM_F_ACK, IFI.pack(socket.AF_UNSPEC, 0, 0, 0, 0)
                                  + attr(IFLA_IFNAME, dev.encode() + b"\0"), error, dev)
         except error as exc:
             if exc.errno == errno.ENODEV:
                 raise error(f"no interface {dev} in {_where(self.netns)}", exc.errno) from None
             raise
-        found = [_IFI.unpack_from(p)[2] for m, p in replies if m == RTM_NEWLINK and len(p) >= _IFI.size]
+        found = [IFI.unpack_from(p)[2] for m, p in replies if m == RTM_NEWLINK and len(p) >= IFI.size]
         if len(found) != 1:
             raise error(f"looking up {dev} in {_where(self.netns)}: {len(found)} links in the reply, expected 1")
         self._index[dev] = found[0]
