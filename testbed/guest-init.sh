@@ -1,9 +1,17 @@
 #!/bin/sh
-# First command inside the full-kernel guest (virtme-ng): prepare, then exec "$@".
+# First command inside the full-kernel guest (virtme-ng): read the command file the host
+# wrote (testbed/vm.py, guest_script: the environment, then the command as "$@"), prepare,
+# then exec "$@". The command comes in a file because the kernel's command line, where
+# virtme-ng would put it, holds 2 047 bytes.
 # The guest's root is the host's, over 9p: ovsdb-server needs O_TMPFILE, which 9p lacks,
 # so /tmp, the Open vSwitch directories and the ledger directory become tmpfs. Nothing
 # here touches the host: these mounts exist only in the guest.
 echo "OT-GUEST-UP $(uname -r)"
+if [ $# -ne 1 ] || [ ! -r "$1" ]; then
+  echo "guest-init: expected one readable command file, got: $* (the testbed's state directory must be visible in the guest: not below /run, /var/tmp, /var/log or /var/cache)" >&2
+  exit 70
+fi
+. "$1"
 # The host directories a guest only reads (testbed/vm.py, cached_dirs) through a second
 # export of the root, mounted with the page cache on: imports and process start-ups stop
 # asking the host for every stat and read. Without it the guest still works, slower.

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from testbed import process
 from testbed.errors import GuestError
-from testbed.ledger import Entry, Ledger, register
+from testbed.ledger import Entry, Ledger, ledger_dir, register
 from testbed.manifest import GIT_ENV, git_env, git_info
 
 REPO = Path(__file__).resolve().parent.parent
@@ -138,24 +138,46 @@ def vcpus(cfg: GuestConfig, use_kvm: bool) -> int:
     return min(os.cpu_count() or 2, 4)
 
 
-def vng_command(argv: list[str], cfg: GuestConfig, rw_dirs: list[Path], use_kvm: bool,
-                git: str | None = None) -> list[str]:
-    """The virtme-ng argument list that runs ``argv`` in the guest; ``git``: the
-    checkout's git state for the guest's manifests (testbed.manifest.GIT_ENV)."""
+def shared_dirs(rw_dirs: list[Path]) -> list[str]:
+    """The host folders the guest writes: the repository and ``rw_dirs``, resolved."""
+    return sorted({str(REPO), *(str(d.resolve()) for d in rw_dirs)})
+
+
+def guest_script(argv: list[str], cfg: GuestConfig, rw_dirs: list[Path], use_kvm: bool,
+                 git: str | None = None) -> str:
+    """The text of a guest's command file, which guest-init.sh sources first (POSIX sh):
+    the environment guest-init.sh and the command need, then ``argv`` as its positional
+    parameters. ``git``: the checkout's git state for the guest's manifests
+    (testbed.manifest.GIT_ENV). The command travels in a file, not on the kernel's
+    command line: that line holds 2 047 bytes on x86 and virtme-ng puts the command
+    there in base64; a longer line is cut, ``init=`` (virtme-ng's last argument) with it,
+    and the guest hangs instead of failing (found 2026-11-29, docs/environment.md)."""
+    env = {"OT_GUEST_CWD": os.getcwd(), "OT_RW_DIRS": ":".join(shared_dirs(rw_dirs)),
+           "TESTBED_GUEST_ACCEL": "kvm" if use_kvm else "tcg",
+           "TESTBED_GUEST_CLOCK": clock_label(cfg, use_kvm),
+           "OT_CACHED_DIRS": ":".join(cached_dirs()) if cfg.cache else "",
+           **({GIT_ENV: git} if git else {})}
+    lines = ["# testbed.vm: one guest's command, written by the host, sourced by guest-init.sh",
+             *(f"export {k}={shlex.quote(v)}" for k, v in env.items()),
+             f"set -- {shlex.join(argv)}"]
+    return "\n".join(lines) + "\n"
+
+
+def vng_command(command_file: Path, cfg: GuestConfig, rw_dirs: list[Path], use_kvm: bool) -> list[str]:
+    """The virtme-ng argument list of a guest that runs the command in ``command_file``
+    (:func:`guest_script`; a path the guest can read through its root: not below the
+    guest's own tmpfs mounts /run, /var/tmp, /var/log, /var/cache).
+
+    Raises GuestError when no distro kernel is installed."""
     from testbed.features import distro_kernel
 
     kernel = cfg.kernel or distro_kernel()
     if kernel is None:
         raise GuestError("no distro kernel with modules found in /boot (apt package linux-image-amd64); "
                          "run `make setup`")
-    dirs = sorted({str(REPO), *(str(d.resolve()) for d in rw_dirs)})
-    guest_cmd = shlex.join(["env", f"OT_GUEST_CWD={os.getcwd()}", f"OT_RW_DIRS={':'.join(dirs)}",
-                            f"TESTBED_GUEST_ACCEL={'kvm' if use_kvm else 'tcg'}",
-                            f"TESTBED_GUEST_CLOCK={clock_label(cfg, use_kvm)}",
-                            f"OT_CACHED_DIRS={':'.join(cached_dirs()) if cfg.cache else ''}",
-                            *([f"{GIT_ENV}={git}"] if git else []), str(INIT), *argv])
     vng = [str(Path(sys.executable).parent / "vng"), "--run", str(kernel), "--cpus", str(vcpus(cfg, use_kvm)),
-           "--memory", cfg.memory, *[f"--rwdir={d}" for d in dirs], "--exec", guest_cmd]
+           "--memory", cfg.memory, *[f"--rwdir={d}" for d in shared_dirs(rw_dirs)],
+           "--exec", shlex.join([str(INIT), str(command_file)])]
     qemu = [*QEMU_OPTS, *(CACHED_QEMU_OPTS if cfg.cache else ())]
     if not use_kvm:
         vng.insert(1, "--disable-kvm")
@@ -210,10 +232,10 @@ def run_in_guest(argv: list[str], *, rw_dirs: list[Path] | None = None, ledger_i
     cfg = cfg or GuestConfig.from_env()
     use_kvm = decide_kvm(cfg)
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
-    git = git_env(git_info())
+    script = guest_script(argv, cfg, rw_dirs or [], use_kvm, git=git_env(git_info()))
     for attempt in (1, 2):
         t0 = time.monotonic()
-        code, booted = _boot_once(vng_command(argv, cfg, rw_dirs or [], use_kvm, git=git), env,
+        code, booted = _boot_once(script, cfg, rw_dirs or [], use_kvm, env,
                                   ledger_id or f"guest-{os.getpid()}-{attempt}")
         if booted or code in (130, 143):
             return code
@@ -223,9 +245,16 @@ def run_in_guest(argv: list[str], *, rw_dirs: list[Path] | None = None, ledger_i
                      "`testbed doctor`")
 
 
-def _boot_once(vng: list[str], env: dict[str, str], ledger_id: str) -> tuple[int, bool]:
-    ledger = Ledger.create(f"{ledger_id}-{os.getpid()}-{time.monotonic_ns() % 10**6}",
-                           argv=vng)
+def _boot_once(script: str, cfg: GuestConfig, rw_dirs: list[Path], use_kvm: bool, env: dict[str, str],
+               ledger_id: str) -> tuple[int, bool]:
+    run_id = f"{ledger_id}-{os.getpid()}-{time.monotonic_ns() % 10**6}"
+    # the command file beside the ledger (the guest reads it through its 9p root), in the
+    # ledger so that `testbed clean` removes it after a killed run
+    command_file = ledger_dir().resolve() / f"{run_id}.guest.sh"
+    vng = vng_command(command_file, cfg, rw_dirs, use_kvm)
+    ledger = Ledger.create(run_id, argv=vng)
+    ledger.add("file", path=str(command_file))
+    command_file.write_text(script)
     proc = process.spawn(ledger, vng, stdout=subprocess.PIPE, env=env, resource=GUEST)
     booted, interrupted = False, 0
 

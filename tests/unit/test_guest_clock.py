@@ -15,6 +15,7 @@ from testbed import hostclock, vm
 from testbed.errors import UsageError
 
 KERNEL = Path("/boot/vmlinuz-test")
+COMMAND_FILE = Path("/var/lib/optical-tcp-testbed/ledgers/guest-test.guest.sh")
 
 
 def test_icount_options_parse_and_render():
@@ -67,14 +68,16 @@ def _qemu_opts(command: list[str]) -> list[str]:
 
 def test_qemu_gets_icount_only_under_software_emulation():
     cfg = vm.GuestConfig(cpus=1, kernel=KERNEL, clock="icount", icount=vm.IcountOptions(0, False))
-    tcg = vm.vng_command(["true"], cfg, [], use_kvm=False)
+    tcg = vm.vng_command(COMMAND_FILE, cfg, [], use_kvm=False)
     base = [*vm.QEMU_OPTS, *vm.CACHED_QEMU_OPTS]
     assert _qemu_opts(tcg) == [*base, "-icount", "shift=0,sleep=off"]
-    assert "TESTBED_GUEST_CLOCK=icount:shift=0,sleep=off" in tcg[-1]
-    kvm = vm.vng_command(["true"], cfg, [], use_kvm=True)
-    assert _qemu_opts(kvm) == base and "TESTBED_GUEST_CLOCK=realtime" in kvm[-1]
-    rt = vm.vng_command(["true"], vm.GuestConfig(kernel=KERNEL, clock="realtime"), [], use_kvm=False)
-    assert _qemu_opts(rt) == base and "TESTBED_GUEST_CLOCK=realtime" in rt[-1]
+    assert "TESTBED_GUEST_CLOCK=icount:shift=0,sleep=off" in vm.guest_script(["true"], cfg, [], use_kvm=False)
+    kvm = vm.vng_command(COMMAND_FILE, cfg, [], use_kvm=True)
+    assert _qemu_opts(kvm) == base
+    assert "TESTBED_GUEST_CLOCK=realtime" in vm.guest_script(["true"], cfg, [], use_kvm=True)
+    rt_cfg = vm.GuestConfig(kernel=KERNEL, clock="realtime")
+    assert _qemu_opts(vm.vng_command(COMMAND_FILE, rt_cfg, [], use_kvm=False)) == base
+    assert "TESTBED_GUEST_CLOCK=realtime" in vm.guest_script(["true"], rt_cfg, [], use_kvm=False)
 
 
 def test_virtio_serial_devices_get_two_ports_not_qemus_31():
@@ -84,7 +87,7 @@ def test_virtio_serial_devices_get_two_ports_not_qemus_31():
     assert vm.QEMU_OPTS == ("-global", "virtio-serial-pci.max_ports=2")
     cfg = vm.GuestConfig(cpus=1, kernel=KERNEL, clock="icount", icount=vm.IcountOptions(0, False))
     parser = vng_run.make_parser()
-    args = parser.parse_args(vm.vng_command(["true"], cfg, [], use_kvm=True)[1:])
+    args = parser.parse_args(vm.vng_command(COMMAND_FILE, cfg, [], use_kvm=True)[1:])
     assert shlex.split(" ".join(args.qemu_opts)) == [*vm.QEMU_OPTS, *vm.CACHED_QEMU_OPTS]
 
 
@@ -98,12 +101,14 @@ def test_the_cached_export_is_read_only_and_can_be_turned_off(monkeypatch):
     assert f"mount_tag={vm.CACHED_TAG}" in vm.CACHED_QEMU_OPTS[-1]
     dirs = vm.cached_dirs()
     assert dirs and all(d.startswith("/") for d in dirs) and not any("results" in d for d in dirs)
-    on = vm.vng_command(["true"], vm.GuestConfig(kernel=KERNEL), [], use_kvm=False)
-    assert f"OT_CACHED_DIRS={':'.join(dirs)}" in on[-1]
+    on = vm.vng_command(COMMAND_FILE, vm.GuestConfig(kernel=KERNEL), [], use_kvm=False)
+    assert "-fsdev" in _qemu_opts(on)
+    assert f"OT_CACHED_DIRS={shlex.quote(':'.join(dirs))}" in vm.guest_script(["true"], vm.GuestConfig(kernel=KERNEL), [], False)
     monkeypatch.setenv("TESTBED_GUEST_CACHE", "off")
     cfg = vm.GuestConfig.from_env()
-    off = vm.vng_command(["true"], dataclasses.replace(cfg, kernel=KERNEL), [], use_kvm=False)
-    assert "-fsdev" not in _qemu_opts(off) and "OT_CACHED_DIRS= " in off[-1]
+    off_cfg = dataclasses.replace(cfg, kernel=KERNEL)
+    assert "-fsdev" not in _qemu_opts(vm.vng_command(COMMAND_FILE, off_cfg, [], use_kvm=False))
+    assert "export OT_CACHED_DIRS=''\n" in vm.guest_script(["true"], off_cfg, [], use_kvm=False)
     monkeypatch.setenv("TESTBED_GUEST_CACHE", "yes")
     with pytest.raises(UsageError, match="TESTBED_GUEST_CACHE='yes': accepted on or off"):
         vm.GuestConfig.from_env()

@@ -34,6 +34,6 @@ def test_the_guest_command_carries_the_hosts_reading():
 
     cfg = vm.GuestConfig(kernel=manifest.REPO / "no-kernel-needed")
     sha = "0123456789abcdef0123456789abcdef01234567"
-    with_git = vm.vng_command(["true"], cfg, [], use_kvm=False, git=f"{sha}:0")
-    assert f"{manifest.GIT_ENV}={sha}:0" in with_git[-1]
-    assert manifest.GIT_ENV not in vm.vng_command(["true"], cfg, [], use_kvm=False)[-1]
+    with_git = vm.guest_script(["true"], cfg, [], use_kvm=False, git=f"{sha}:0")
+    assert f"export {manifest.GIT_ENV}={sha}:0\n" in with_git
+    assert manifest.GIT_ENV not in vm.guest_script(["true"], cfg, [], use_kvm=False)
