@@ -29,7 +29,9 @@ there into before and after the move).
 ``status_path`` holds ``{"ready": true, "moved": false}`` once the loop runs (the
 health check) and is rewritten after the move. Units: emulation seconds and bit/s.
 
-Standard library, pyroute2 and testbed.cc.lossdetect only: it starts in the slow guest.
+Standard library, testbed.nsops (its own rtnetlink messages) and testbed.cc.lossdetect
+only: it starts in the slow guest, where importing pyroute2, which it used until
+2026-11-29, took 13-40 s.
 """
 
 from __future__ import annotations
@@ -68,14 +70,11 @@ class Mover:
     """The route replace and its log; one move per process."""
 
     def __init__(self, cfg: dict[str, Any], log: TextIO) -> None:
-        from pyroute2 import IPRoute
+        from testbed import nsops  # imported before the move, not at it
 
-        self.cfg, self.log = cfg, log
-        self.ipr = IPRoute()  # opened once: the move itself is one request
-        found = self.ipr.link_lookup(ifname=cfg["watch_intf"])
-        if not found:
+        self.cfg, self.log, self.nsops = cfg, log, nsops
+        if not nsops.link_exists(cfg["watch_intf"]):
             raise MoverConfigError(f"no interface {cfg['watch_intf']} in this namespace")
-        self.watch_index = found[0]
         self.moved = False
         self.counters_netns = list(cfg.get("counters_netns") or [])
         if self.counters_netns:
@@ -85,16 +84,14 @@ class Mover:
 
     def rx_bytes(self) -> int:
         """Bytes received on the watched port (the flow's data towards the receiver)."""
-        (link,) = self.ipr.get_links(self.watch_index)
-        stats = link.get("IFLA_STATS64") or link.get("IFLA_STATS")
-        return int(stats["rx_bytes"])
+        return self.nsops.link_counters(self.cfg["watch_intf"], None)["rx_bytes"]
 
     def move(self, trigger: str, t_request: float, rate_bps: float | None) -> None:
         """Replace the route (once) and log the instants around it."""
         if self.moved:
             return
         rt0, t0 = time.clock_gettime(time.CLOCK_REALTIME), time.monotonic()
-        self.ipr.route("replace", dst=self.cfg["prefix"], gateway=self.cfg["via"])
+        self.nsops.replace_route(None, self.cfg["prefix"], self.cfg["via"])
         t1, rt1 = time.monotonic(), time.clock_gettime(time.CLOCK_REALTIME)
         self.moved = True
         counters = {ns: self.read_counters(ns) for ns in self.counters_netns}

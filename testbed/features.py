@@ -572,10 +572,9 @@ _VERSION_CMDS: dict[str, list[str] | None] = {
     "qemu-system-x86_64": ["qemu-system-x86_64", "--version"],
     "virtme-ng": ["vng", "--version"],
     "os-ken": None,
-    "pyroute2": None,
     "vagrant": ["vagrant", "--version"],
 }
-_DISTS = {"os-ken": "os-ken", "pyroute2": "pyroute2"}
+_DISTS = {"os-ken": "os-ken"}
 
 
 def _first_version_line(text: str) -> str | None:

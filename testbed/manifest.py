@@ -15,7 +15,7 @@ from typing import Any
 from testbed import cmd, hostclock
 
 REPO = Path(__file__).resolve().parent.parent
-PYTHON_PACKAGES = ("virtme-ng", "os-ken", "pyroute2", "scapy", "numpy", "scipy", "pandas",
+PYTHON_PACKAGES = ("virtme-ng", "os-ken", "scapy", "numpy", "scipy", "pandas",
                    "matplotlib", "mininet", "optical-tcp-testbed")
 SYSCTLS = ("net.ipv4.tcp_congestion_control", "net.ipv4.tcp_sack", "net.ipv4.tcp_timestamps",
            "net.ipv4.tcp_window_scaling", "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem", "net.ipv4.tcp_mem",

@@ -90,7 +90,7 @@ class _KernelRefused(NsOpsError):
 # if_addr.h, neighbour.h, veth.h)
 RTM_NEWADDR, RTM_NEWROUTE = 20, 24
 RTM_NEWNEIGH, RTM_DELNEIGH, RTM_GETNEIGH = 28, 29, 30
-IFLA_ADDRESS, IFLA_MTU, IFLA_LINKINFO, IFLA_NET_NS_FD = 1, 4, 18, 28
+IFLA_ADDRESS, IFLA_MTU, IFLA_LINKINFO, IFLA_STATS64, IFLA_NET_NS_FD = 1, 4, 18, 23, 28
 IFLA_INFO_KIND, IFLA_INFO_DATA, VETH_INFO_PEER = 1, 2, 1
 IFA_ADDRESS, IFA_LOCAL = 1, 2
 RTA_DST, RTA_OIF, RTA_GATEWAY = 1, 4, 5
@@ -278,6 +278,21 @@ def _link_attrs(name: str, netns: str | None, what: str) -> dict[int, bytes]:
 def link_address(name: str, netns: str | None) -> str:
     """The MAC address of ``name``."""
     return ":".join(f"{b:02x}" for b in _link_attrs(name, netns, "address").get(IFLA_ADDRESS, b""))
+
+
+#: the first fields of struct rtnl_link_stats64 (include/uapi/linux/if_link.h), all u64
+LINK_COUNTERS = ("rx_packets", "tx_packets", "rx_bytes", "tx_bytes", "rx_errors", "tx_errors", "rx_dropped",
+                 "tx_dropped")
+
+
+def link_counters(name: str, netns: str | None) -> dict[str, int]:
+    """The kernel's packet and byte counters of ``name`` (:data:`LINK_COUNTERS`, from its
+    IFLA_STATS64), as ``ip -s link`` shows them. Raises NsOpsError when there is no such
+    interface or the kernel sent no 64-bit counters."""
+    raw = _link_attrs(name, netns, "counters").get(IFLA_STATS64, b"")
+    if len(raw) < 8 * len(LINK_COUNTERS):
+        raise NsOpsError(f"no 64-bit counters in the link message of {name} in {netns or 'the root namespace'}")
+    return dict(zip(LINK_COUNTERS, struct.unpack_from(f"={len(LINK_COUNTERS)}Q", raw)))
 
 
 def add_neighbour(name: str, netns: str | None, ip: str, mac: str) -> None:
