@@ -651,14 +651,36 @@ def test_the_process_loop_writes_its_records_when_stopped_with_sigterm(tmp_path)
 
 
 def test_the_process_refuses_a_bad_config_with_status_1(tmp_path, capsys):
+    """... and main() leaves the scheduling of the process calling it alone: only the
+    agent's own process runs under SCHED_IDLE (a pytest worker left SCHED_IDLE here ran
+    every later test only when nothing else wanted the CPU)."""
+    import os
+
     from controllers.xcp_agent_process import main
 
+    policy = os.sched_getscheduler(0)
     d = chain_config().to_dict()
     d["tdf"] = -1
     (tmp_path / "cfg.json").write_text(json.dumps(d))
     assert main(["x", str(tmp_path / "cfg.json"), str(tmp_path / "out")]) == 1
     assert "tdf=-1" in capsys.readouterr().err
     assert main(["x"]) == 2
+    assert os.sched_getscheduler(0) == policy
+
+
+def test_the_agents_own_process_runs_under_sched_idle():
+    """Run as a program (``python -m controllers.xcp_agent_process``) the agent yields to
+    the data path: its policy is SCHED_IDLE (read at exit; a usage error exits at once)."""
+    import os
+    import subprocess
+    import sys
+
+    show = ("import atexit, os, runpy, sys; atexit.register(lambda: print('policy', os.sched_getscheduler(0))); "
+            "sys.argv = ['xcp_agent_process']; runpy.run_module('controllers.xcp_agent_process', run_name='__main__')")
+    r = subprocess.run([sys.executable, "-c", show], capture_output=True, text=True, timeout=120,
+                       cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert r.returncode == 2 and "usage" in r.stderr, r.stderr
+    assert f"policy {os.SCHED_IDLE}" in r.stdout, (r.stdout, r.stderr)
 
 
 def test_a_plan_becomes_a_config_with_the_designs_initial_rate():
