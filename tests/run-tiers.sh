@@ -14,10 +14,10 @@ status=0
 shard1=(tests/guest/test_optical_switch.py tests/guest/test_guest_killed_run.py
         tests/guest/test_voq.py tests/guest/test_obsburst.py tests/guest/test_e1_smoke.py tests/guest/test_e4_run.py
         tests/guest/test_obs_fabric.py tests/guest/test_xcppace.py tests/guest/test_hostnic.py
-        tests/guest/test_cwndtrace.py tests/guest/test_lossdetect.py
+        tests/guest/test_cwndtrace.py
         tests/native/test_features.py tests/bpf)
 shard2=(tests/guest/test_netem_path.py tests/guest/test_e3_kernel_datapath.py tests/guest/test_cc_profiles.py
-        tests/guest/test_e2_run.py tests/guest/test_e5_run.py tests/guest/test_xcp_edge.py)
+        tests/guest/test_lossdetect.py tests/guest/test_e2_run.py tests/guest/test_e5_run.py tests/guest/test_xcp_edge.py)
 for f in tests/guest/test_*.py; do
   n=0
   for g in "${shard1[@]}" "${shard2[@]}"; do [ "$g" = "$f" ] && n=$((n + 1)); done
@@ -79,6 +79,12 @@ tier native "$py" -m pytest -q -p no:cacheprovider --junitxml="$junit/native.xml
 # tests each at that load (estimated). netem_path and e3_kernel_datapath after all of it,
 # in one guest beside two others: 344 s and 362 s (were 1 276 s and 725 s beside three
 # to four).
+# Again 2026-11-30 (twentieth session, both shards beside the two E5 block guests, four
+# in all; the command now in a file, testbed/vm.py): shard 1 2 904 s of wall time (2 665 s
+# of tests: optical_switch 833, BPF tests 898 = 34 %, obs_fabric 246, voq 204, killed run
+# 129, lossdetect 117, obsburst 114), shard 2 2 704 s (2 420 s: e3_kernel_datapath 720,
+# netem_path 673, cc_profiles 1 027); lossdetect then moved to shard 2 (about 2 790 and
+# 2 820 s at that load, estimated).
 # Durations: pytest's are guest time (icount); the host-clock list is wall time.
 # COLUMNS=400: pytest cuts each line of its closing "short test summary" to the terminal's
 # width (80 when, as here, its output is a pipe), which left only "AssertionError" of a
