@@ -253,9 +253,13 @@ def _boot_once(script: str, cfg: GuestConfig, rw_dirs: list[Path], use_kvm: bool
     command_file = ledger_dir().resolve() / f"{run_id}.guest.sh"
     vng = vng_command(command_file, cfg, rw_dirs, use_kvm)
     ledger = Ledger.create(run_id, argv=vng)
-    ledger.add("file", path=str(command_file))
-    command_file.write_text(script)
-    proc = process.spawn(ledger, vng, stdout=subprocess.PIPE, env=env, resource=GUEST)
+    try:
+        ledger.add("file", path=str(command_file))
+        command_file.write_text(script)
+        proc = process.spawn(ledger, vng, stdout=subprocess.PIPE, env=env, resource=GUEST)
+    except BaseException:
+        ledger.teardown()
+        raise
     booted, interrupted = False, 0
 
     def stop(signum: int, frame: object) -> None:

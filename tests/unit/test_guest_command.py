@@ -8,6 +8,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from testbed import vm
 
 KERNEL = Path("/boot/vmlinuz-test")
@@ -66,3 +68,17 @@ def test_guest_init_refuses_a_missing_command_file(tmp_path):
                        text=True, env={"PATH": str(bin_dir)})
     assert r.returncode == 70 and "absent.guest.sh" in r.stderr and "state directory" in r.stderr
     assert r.stdout.startswith("OT-GUEST-UP ")
+
+
+def test_a_launch_that_fails_before_the_guest_runs_leaves_no_file(tmp_path, monkeypatch):
+    """QEMU that cannot be started: the error propagates, and neither the ledger nor the
+    command file stays behind."""
+    monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path / "state"))
+
+    def refuse(*args, **kwargs):
+        raise FileNotFoundError("no such program: vng")
+
+    monkeypatch.setattr(vm.process, "spawn", refuse)
+    with pytest.raises(FileNotFoundError, match="vng"):
+        vm._boot_once("set -- true\n", vm.GuestConfig(kernel=KERNEL), [], False, {}, "guest-test")
+    assert list((tmp_path / "state" / "ledgers").iterdir()) == []
