@@ -44,8 +44,8 @@ if [ "$jobs" -gt 1 ]; then unit_par=(-n "$jobs" --dist loadfile); fi
 tier unit   "$py" -m pytest -q -p no:cacheprovider "${unit_par[@]}" --junitxml="$junit/unit.xml" tests/unit
 # The BPF tier too (each test has its own pin directory): one process left a core idle
 # while the other spent ~70 s of system time loading programs and running them with
-# BPF_PROG_TEST_RUN (measured 2026-11-29 beside two guests: 147 s in one process, 118 s
-# in two).
+# BPF_PROG_TEST_RUN (measured 2026-11-30 alone on the host: 74 s in one process, 38 s in
+# two; beside two guests 147 s and 118 s).
 bpf_par=()
 if [ "$jobs" -gt 1 ]; then bpf_par=(-n "$jobs" --dist load); fi
 tier bpf    "$py" -m pytest -q -p no:cacheprovider "${bpf_par[@]}" --junitxml="$junit/bpf.xml" tests/bpf
