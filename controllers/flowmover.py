@@ -44,6 +44,8 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from testbed import nsops
+
 TRIGGERS = ("command", "threshold")
 
 
@@ -70,9 +72,7 @@ class Mover:
     """The route replace and its log; one move per process."""
 
     def __init__(self, cfg: dict[str, Any], log: TextIO) -> None:
-        from testbed import nsops  # imported before the move, not at it
-
-        self.cfg, self.log, self.nsops = cfg, log, nsops
+        self.cfg, self.log = cfg, log
         if not nsops.link_exists(cfg["watch_intf"]):
             raise MoverConfigError(f"no interface {cfg['watch_intf']} in this namespace")
         self.moved = False
@@ -84,14 +84,14 @@ class Mover:
 
     def rx_bytes(self) -> int:
         """Bytes received on the watched port (the flow's data towards the receiver)."""
-        return self.nsops.link_counters(self.cfg["watch_intf"], None)["rx_bytes"]
+        return nsops.link_counters(self.cfg["watch_intf"], None)["rx_bytes"]
 
     def move(self, trigger: str, t_request: float, rate_bps: float | None) -> None:
         """Replace the route (once) and log the instants around it."""
         if self.moved:
             return
         rt0, t0 = time.clock_gettime(time.CLOCK_REALTIME), time.monotonic()
-        self.nsops.replace_route(None, self.cfg["prefix"], self.cfg["via"])
+        nsops.replace_route(None, self.cfg["prefix"], self.cfg["via"])
         t1, rt1 = time.monotonic(), time.clock_gettime(time.CLOCK_REALTIME)
         self.moved = True
         counters = {ns: self.read_counters(ns) for ns in self.counters_netns}

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from testbed import vm
+from testbed.manifest import GIT_ENV
 
 KERNEL = Path("/boot/vmlinuz-test")
-ENV_KEYS = ("OT_GUEST_CWD", "OT_RW_DIRS", "TESTBED_GUEST_ACCEL", "TESTBED_GUEST_CLOCK", "OT_CACHED_DIRS",
-            "TESTBED_GIT")
+ENV_KEYS = ("OT_GUEST_CWD", "OT_RW_DIRS", "TESTBED_GUEST_ACCEL", "TESTBED_GUEST_CLOCK", "OT_CACHED_DIRS", GIT_ENV)
 
 
 def _sourced(script: str, tmp_path: Path) -> tuple[list[str], dict[str, str]]:
@@ -45,7 +45,7 @@ def test_a_long_awkward_command_comes_back_exactly(tmp_path):
     assert got == argv
     assert env["OT_RW_DIRS"] == ":".join(sorted({str(vm.REPO), str(rw[0].resolve())}))
     assert env["TESTBED_GUEST_ACCEL"] == "tcg" and env["TESTBED_GUEST_CLOCK"].startswith("icount:")
-    assert env["TESTBED_GIT"] == f"{sha}:1" and env["OT_CACHED_DIRS"] == ":".join(vm.cached_dirs())
+    assert env[GIT_ENV] == f"{sha}:1" and env["OT_CACHED_DIRS"] == ":".join(vm.cached_dirs())
 
 
 def test_the_kernel_command_line_carries_only_the_files_name(tmp_path):

@@ -14,6 +14,7 @@ import heapq
 import json
 import math
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import pytest
 
@@ -678,7 +679,7 @@ def test_the_agents_own_process_runs_under_sched_idle():
     show = ("import atexit, os, runpy, sys; atexit.register(lambda: print('policy', os.sched_getscheduler(0))); "
             "sys.argv = ['xcp_agent_process']; runpy.run_module('controllers.xcp_agent_process', run_name='__main__')")
     r = subprocess.run([sys.executable, "-c", show], capture_output=True, text=True, timeout=120,
-                       cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+                       cwd=Path(__file__).resolve().parents[2])
     assert r.returncode == 2 and "usage" in r.stderr, r.stderr
     assert f"policy {os.SCHED_IDLE}" in r.stdout, (r.stdout, r.stderr)
 
