@@ -19,13 +19,16 @@ loop next) run as processes beside the emulation, for the length of a ``with`` b
   of ``ready_timeout_s`` (a guest's clock can jump), and fails at once when the process
   exits, quoting the log's tail;
 - stop (also on exceptions in the block): its stop signal to its process group,
-  SIGKILL after ``grace_s`` seconds, marked gone in the ledger.
+  SIGKILL after ``grace_s`` seconds, marked gone in the ledger; :meth:`request_stop`
+  sends the stop signal alone, without waiting (a loop told to end at an instant, e.g.
+  from a point's timeline, that writes its records while the run goes on).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import signal
 import socket
 import time
@@ -143,6 +146,19 @@ class ControlProcess:
         if self.proc is not None:
             process.stop(self.proc, self.grace_s)
         self.proc = None
+
+    def request_stop(self) -> bool:
+        """Send the stop signal to its process group now, without waiting (:meth:`stop`
+        still waits for it, and SIGKILLs it after ``grace_s``). Returns False when it
+        was not running."""
+        if not self.alive():
+            return False
+        assert self.proc is not None
+        try:
+            os.killpg(self.proc.pid, self.proc.stop_signal)
+        except ProcessLookupError:                # exited between the check and the signal
+            return False
+        return True
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

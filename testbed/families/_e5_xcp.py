@@ -5,7 +5,9 @@ columns of its records.
 
 Order within a point (``E5OpticalRam.control``): :func:`start` (plan, pacers
 re-installed with the point's classes and the epoch E, BPF configuration, agent
-configuration), then the agent process, then :func:`wait_for_epoch`, then the traffic:
+configuration), then the agent process, then :func:`wait_for_epoch`, then the traffic,
+whose end stops the agent (:func:`end_with_traffic`: intervals after it decide nothing
+measured, and the runner's end-of-traffic work made the few they decided late):
 E lies :data:`EPOCH_LEAD_S` (emulation) after :func:`start`, long enough for the agent
 to start in the guest (7-20 s measured), so the agent is running at E and every packet of
 the traffic falls in an interval k >= 0 (the wait is idle time, which the guest's
@@ -37,6 +39,22 @@ EPOCH_LEAD_S = 60.0
 #: 2026-11-24 found 5 pacer slots changed after the read (``pacer_acc_late``). With ib
 #: cores the margin is this above their voq lookahead M (:func:`agent_margin_ns`)
 AGENT_MARGIN_NS = 5_000_000
+
+
+#: the timeline label of :func:`end_with_traffic` (a point's timeline.json)
+END_LABEL = "XCP agent stopped: the traffic's end"
+
+
+def end_with_traffic(timeline: Any, agent: Any, duration_s: float) -> None:
+    """Stop ``agent`` (its ``request_stop()``: the stop signal, not waited for) at the
+    traffic's end, ``duration_s`` paper seconds after t0, a ``timeline`` action. The
+    agent takes it between intervals: the interval being decided then is finished and
+    recorded; no later one is decided, so no rate change is sent that could only take
+    effect after the traffic, and the lateness counters (``xcp_exact``) cover the
+    intervals with traffic only. (Until 2026-11-30 the agent ran on until the point's
+    end: in e5-paper's XCP runs of e432453 its late changes after the traffic counted,
+    docs/e5.md.)"""
+    timeline.at(duration_s, END_LABEL, lambda run: agent.request_stop())
 
 
 def voq_cores(fabric: Any) -> dict[str, Any]:

@@ -349,8 +349,8 @@ class E5OpticalRam(FlowFamily):
     def control(cls, fp: FlowPoint) -> Iterator[None]:
         """The core and edge counters at the window's start (a timeline action) and at
         the end; the hosts' TCP loss detections around the traffic; with XCP pacing
-        the agent (controllers/xcp_agent_process.py) from before the traffic to after
-        it, its records in the point's folder."""
+        the agent (controllers/xcp_agent_process.py) from before the traffic to its
+        end (a timeline action), its records in the point's folder."""
         from testbed.cc import lossdetect
 
         start = fp.values["duration"].si - fp.values["window"].si
@@ -365,6 +365,7 @@ class E5OpticalRam(FlowFamily):
 
             cfg = e5_xcp.start(fp.emu.optical, fp.values, fp.ctx.tdf.factor)
             agent = XcpAgentProcess(fp.ctx.ledger, cfg, fp.ctx.dir)
+            e5_xcp.end_with_traffic(fp.timeline, agent, fp.values["duration"].si)
             fp.ctx.progress(f"XCP: {len(cfg.macroflows)} macroflows, {sum(len(c.outputs) for c in cfg.cores)} "
                             f"controlled core outputs, d = {cfg.interval_s * 1e3:g} ms (paper)")
         with agent if agent is not None else contextlib.nullcontext():

@@ -97,6 +97,49 @@ def test_a_failing_ready_hook_stops_the_process(tmp_path):
     assert cmd.process_start_time(ctl.seen) is None and all(e.gone for e in led.entries)
 
 
+#: a loop that writes its records on SIGTERM, for a while, then exits 0
+RECORDING_LOOP = """
+import signal, sys, time
+from pathlib import Path
+out = Path(sys.argv[1])
+def finish(*_):
+    out.joinpath("began").write_text("records")
+    time.sleep(1.0)
+    out.joinpath("records").write_text("done")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, finish)
+out.joinpath("status").write_text("up")
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_request_stop_signals_without_waiting_and_stop_then_waits_for_the_records(tmp_path):
+    """request_stop returns at once (the loop is still writing its records a second
+    long), stop() then waits for its own end, reaps it and marks it gone; a second
+    request, once it has ended, is refused (False)."""
+    led = Ledger.create("c5")
+    out = tmp_path / "out"
+    argv = [sys.executable, "-c", RECORDING_LOOP, str(out)]
+
+    def health():
+        return (out / "status").read_text()
+
+    with ControlProcess(led, argv, out, health=health) as ctl:
+        pid = ctl.proc.pid
+        t0 = time.monotonic()
+        assert ctl.request_stop() is True
+        assert time.monotonic() - t0 < 0.5 and not (out / "records").exists()
+        deadline = time.monotonic() + 10
+        while not (out / "began").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert (out / "began").exists(), "the loop did not get its stop signal"
+        assert ctl.alive()                           # still writing: request_stop did not wait
+    assert (out / "records").read_text() == "done"   # stop() waited for its own end (no SIGKILL)
+    assert ctl.proc is None and cmd.process_start_time(pid) is None
+    assert [e.gone for e in led.entries] == [True]
+    assert ctl.request_stop() is False
+
 OWNER = """
 import sys, time
 from pathlib import Path

@@ -134,3 +134,29 @@ def test_start_gives_ib_cores_the_xcp_ring_and_the_agent_a_margin_above_their_lo
     assert cores["c1"].queue == "bpf"
     assert cfg.margin_ns == e5_xcp.AGENT_MARGIN_NS + m == e5_xcp.agent_margin_ns([m, 1000])
     assert e5_xcp.agent_margin_ns() == e5_xcp.AGENT_MARGIN_NS
+
+
+def test_the_agent_is_told_to_stop_at_the_traffics_end_on_the_points_timeline():
+    """end_with_traffic adds a timeline action at the traffic's end (paper s after t0):
+    not run before it (D = 20: 200 emulation s for 10 s), run once at it, recorded in
+    the timeline's record under its label, calling the agent's request_stop."""
+    from testbed.dilation import TimeDilation
+    from testbed.timeline import Timeline
+
+    class Agent:
+        calls = 0
+
+        def request_stop(self) -> bool:
+            self.calls += 1
+            return True
+
+    timeline, agent = Timeline(TimeDilation(20.0)), Agent()
+    e5_xcp.end_with_traffic(timeline, agent, 10.0)
+    assert timeline.wait_s(0.0, 1e6) == pytest.approx(200.0)
+    timeline.step(run=None, elapsed_s=199.99)
+    assert agent.calls == 0
+    timeline.step(run=None, elapsed_s=200.01)
+    timeline.step(run=None, elapsed_s=230.0)
+    assert agent.calls == 1
+    assert [d["label"] for d in timeline.done] == [e5_xcp.END_LABEL]
+    assert timeline.done[0]["planned_s"] == 10.0
