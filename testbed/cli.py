@@ -41,7 +41,7 @@ environment: TESTBED_GUEST_CLOCK (icount|realtime; default icount under software
 TESTBED_GUEST_ICOUNT (shift=0..10,sleep=on|off; default shift=0,sleep=off), TESTBED_GUEST_CPUS,
 TESTBED_GUEST_MEMORY (e.g. 3G), TESTBED_GUEST_KVM (auto|on|off), TESTBED_GUEST_KERNEL,
 TESTBED_GUEST_CACHE (on|off: read the venv and system libraries through a cached export; default on),
-TESTBED_STATE_DIR (ledgers; /var/lib/optical-tcp-testbed). Guest clock: docs/guest-clock.md.
+TESTBED_STATE_DIR (ledgers; /var/lib/optical-tcp-testbed; a guest must see it: not below /run or /var/tmp). Guest clock: docs/guest-clock.md.
 exit codes: 0 ok, 1 failure, 2 invalid definition or usage (nothing was created), 130 interrupted.
 """
 

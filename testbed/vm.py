@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed import process
-from testbed.errors import GuestError
+from testbed.errors import GuestError, UsageError
 from testbed.ledger import Entry, Ledger, ledger_dir, register
 from testbed.manifest import GIT_ENV, git_env, git_info
 
@@ -47,6 +47,32 @@ QEMU_OPTS = ("-global", "virtio-serial-pci.max_ports=2")
 CACHED_TAG = "ot-cache"
 CACHED_QEMU_OPTS = ("-fsdev", "local,id=otcache,path=/,security_model=none,readonly=on,multidevs=remap",
                     "-device", f"virtio-9p-pci,fsdev=otcache,mount_tag={CACHED_TAG}")
+
+
+#: Folders virtme-ng's guest init (virtme-ng-init of virtme-ng 1.42: its strings, and
+#: guest/virtme-init) mounts afresh before the command runs: the host's files below them
+#: are hidden in the guest, so a guest's command file (in the state directory) cannot be
+#: there
+GUEST_FRESH_MOUNTS = ("/run", "/var/log", "/var/tmp", "/var/cache", "/var/spool/rsyslog", "/var/lib/portables",
+                      "/var/lib/machines", "/var/lib/sudo", "/var/lib/apt", "/var/lib/private", "/dev", "/proc",
+                      "/sys")
+
+
+def check_guest_reads(directory: Path) -> None:
+    """Check that a guest can read a file the host writes into ``directory`` (the
+    ledger directory: a guest's command file) through its root: not below one of
+    :data:`GUEST_FRESH_MOUNTS` (a shared folder there is not exempt: whether virtme-ng
+    mounts it before or after its tmpfs was not checked). Raises UsageError naming
+    TESTBED_STATE_DIR, its value and what is accepted, before anything is created (the
+    guest would otherwise stop with exit 70 after booting)."""
+    d = directory.resolve()
+    hidden = next((m for m in GUEST_FRESH_MOUNTS if d.is_relative_to(m)), None)
+    if hidden is not None:
+        state = os.environ.get("TESTBED_STATE_DIR", str(d.parent))
+        raise UsageError(f"TESTBED_STATE_DIR={state!r}: the guest reads its command file from {d}, below "
+                         f"{hidden}, which the guest mounts afresh (virtme-ng), so the file is hidden there; "
+                         f"accepted: a state directory outside {', '.join(GUEST_FRESH_MOUNTS)} "
+                         f"(default /var/lib/optical-tcp-testbed)")
 
 
 def cached_dirs() -> list[str]:
@@ -166,7 +192,7 @@ def guest_script(argv: list[str], cfg: GuestConfig, rw_dirs: list[Path], use_kvm
 def vng_command(command_file: Path, cfg: GuestConfig, rw_dirs: list[Path], use_kvm: bool) -> list[str]:
     """The virtme-ng argument list of a guest that runs the command in ``command_file``
     (:func:`guest_script`; a path the guest can read through its root: not below the
-    guest's own tmpfs mounts /run, /var/tmp, /var/log, /var/cache).
+    guest's own mounts, :data:`GUEST_FRESH_MOUNTS`).
 
     Raises GuestError when no distro kernel is installed."""
     from testbed.features import distro_kernel
@@ -227,9 +253,11 @@ def run_in_guest(argv: list[str], *, rw_dirs: list[Path] | None = None, ledger_i
                  cfg: GuestConfig | None = None) -> int:
     """Run ``argv`` in the guest and return its exit code (130 on Ctrl-C).
 
-    Raises GuestError when the guest fails to boot twice.
+    Raises GuestError when the guest fails to boot twice, UsageError for a state
+    directory the guest cannot read (:func:`check_guest_reads`) or a bad guest setting.
     """
     cfg = cfg or GuestConfig.from_env()
+    check_guest_reads(ledger_dir())
     use_kvm = decide_kvm(cfg)
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
     script = guest_script(argv, cfg, rw_dirs or [], use_kvm, git=git_env(git_info()))

@@ -82,3 +82,32 @@ def test_a_launch_that_fails_before_the_guest_runs_leaves_no_file(tmp_path, monk
     with pytest.raises(FileNotFoundError, match="vng"):
         vm._boot_once("set -- true\n", vm.GuestConfig(kernel=KERNEL), [], False, {}, "guest-test")
     assert list((tmp_path / "state" / "ledgers").iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["/var/tmp/ot-state-x", "/run/ot-state-x", "link"])
+def test_a_state_directory_the_guest_cannot_read_is_refused_before_anything_starts(tmp_path, monkeypatch, where):
+    """A state directory below a folder the guest mounts afresh (directly, or through a
+    symlink) is refused with UsageError (exit 2) naming TESTBED_STATE_DIR, its value
+    and the default; no ledger, no command file, no QEMU, nothing created there."""
+    if where == "link":
+        (tmp_path / "state").symlink_to("/var/tmp/ot-state-link-x")
+        state = str(tmp_path / "state")
+    else:
+        state = where
+    monkeypatch.setenv("TESTBED_STATE_DIR", state)
+
+    def spawn(*args, **kwargs):
+        raise AssertionError("a guest was started")
+
+    monkeypatch.setattr(vm.process, "spawn", spawn)
+    with pytest.raises(vm.UsageError) as err:
+        vm.run_in_guest(["true"], cfg=vm.GuestConfig(kernel=KERNEL))
+    msg = str(err.value)
+    assert f"TESTBED_STATE_DIR={state!r}" in msg and "/var/lib/optical-tcp-testbed" in msg, msg
+    assert err.value.exit_code == 2
+    assert not Path(state).resolve().exists()
+
+
+def test_the_default_state_directory_and_a_tmp_one_are_readable_by_the_guest(tmp_path):
+    vm.check_guest_reads(Path("/var/lib/optical-tcp-testbed/ledgers"))
+    vm.check_guest_reads(tmp_path / "state" / "ledgers")
