@@ -327,16 +327,20 @@ def artefacts_table(s: pd.DataFrame) -> pd.DataFrame:
 
 def fidelity_table(s: pd.DataFrame) -> pd.DataFrame:
     """The runs not exact (occ_overflow or core_late > 0, xcp_exact = 0) or beyond the
-    fidelity bound (lateness_p99_over_tau > FIDELITY_BOUND), with why."""
-    cols = ["point", "rep", "arch", "pacing", "buffer", "occ_overflow", "core_late", "xcp_exact",
-            "lateness_p99_over_tau", "why"]
+    fidelity bound (lateness_p99_over_tau > FIDELITY_BOUND), with why. In a combined
+    report (a ``run`` column: the source folder) the folder comes first: point names
+    are per folder, p0006 of one block is not p0006 of another."""
+    combined = "run" in s.columns
+    cols = (["run"] if combined else []) + ["point", "rep", "arch", "pacing", "buffer", "occ_overflow", "core_late",
+                                            "xcp_exact", "lateness_p99_over_tau", "why"]
     bad = s[flagged(s)]
     out = []
     for _, r in bad.sort_values(["arch", "pacing", BUFFER_COL]).iterrows():
         why = [f"not exact: {fault}" for fault in exactness_faults(r)]
         if _float(r.get("lateness_p99_over_tau")) > FIDELITY_BOUND:
             why.append(f"beyond the fidelity bound: p99 lateness > {FIDELITY_BOUND:g} x a frame's duration")
-        out.append({"point": r.get("point", ""), "rep": r.get("rep", ""), "arch": r["arch"], "pacing": r["pacing"],
+        out.append({**({"run": r["run"]} if combined else {}),
+                    "point": r.get("point", ""), "rep": r.get("rep", ""), "arch": r["arch"], "pacing": r["pacing"],
                     "buffer": r["buffer"], "occ_overflow": r.get("occ_overflow", math.nan),
                     "core_late": r.get("core_late", math.nan), "xcp_exact": r.get("xcp_exact", math.nan),
                     "lateness_p99_over_tau": r.get("lateness_p99_over_tau", math.nan), "why": "; ".join(why)})

@@ -403,3 +403,6 @@ def test_an_xcp_loop_that_was_late_makes_a_run_not_exact():
     assert "pacer arrivals after their instant 2" in why and "slots lost" not in why
     artefacts = e5.artefacts_table(prepare(g))
     assert artefacts["xcp exact runs"].iloc[0] == f"{len(g) - 1} of {len(g)}"
+    assert "run" not in table.columns                     # a run's own report: its points are unique
+    combined = e5.fidelity_table(prepare(g.assign(run="block-sb")))
+    assert list(combined.columns[:2]) == ["run", "point"] and combined["run"].iloc[0] == "block-sb"
