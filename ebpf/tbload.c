@@ -20,6 +20,11 @@
  *        loads of one run share their maps), load; pin every program at
  *        PROG_DIR/<program> unless PROG_DIR is - (PROG_DIR must not exist).
  *        -> {"op": "load", "obj": OBJ, "prog_dir": PROG_DIR|null, "programs": [...]}
+ *   maps OBJ PIN_DIR
+ *        as load, but no program is loaded (nothing verified): only the maps are
+ *        created, or reused, and pinned at PIN_DIR/maps/<map>, e.g. to fill them
+ *        before a later load; the object is closed (@NAME still names the
+ *        latest load's programs) -> {"op": "maps", "obj": OBJ, "maps": [...]}
  *   attach NETNS DEV ingress|egress PROG
  *        create the clsact qdisc on DEV (if missing), attach PROG
  *        (direct-action) -> {"op": "attach", "dev", "dir", "prog", "prog_id",
@@ -72,7 +77,7 @@
 #define LOAD_ATTEMPTS 5
 #define FD_CACHE 32
 
-enum op_kind { OP_LOAD, OP_ATTACH, OP_DETACH, OP_UPDATE, OP_LOOKUP, OP_DUMP, OP_TEST_RUN };
+enum op_kind { OP_LOAD, OP_MAPS, OP_ATTACH, OP_DETACH, OP_UPDATE, OP_LOOKUP, OP_DUMP, OP_TEST_RUN };
 
 static const struct op_spec {
 	const char *name;
@@ -81,6 +86,7 @@ static const struct op_spec {
 	const char *usage;
 } SPECS[] = {
 	[OP_LOAD] = { "load", 4, -1, "load OBJ PIN_DIR PROG_DIR|- [VAR=VALUE ...]" },
+	[OP_MAPS] = { "maps", 3, 3, "maps OBJ PIN_DIR" },
 	[OP_ATTACH] = { "attach", 5, 5, "attach NETNS|- DEV ingress|egress PROG" },
 	[OP_DETACH] = { "detach", 6, 6, "detach NETNS|- DEV ingress|egress HANDLE PRIORITY" },
 	[OP_UPDATE] = { "update", 4, 4, "update MAP KEYHEX VALUEHEX" },
@@ -362,6 +368,8 @@ static int parse_op(struct op *op, const struct op *prev_run)
 				return -1;
 		}
 		return 0;
+	case OP_MAPS:
+		return check_abs(op->f[2], "PIN_DIR");
 	case OP_ATTACH:
 	case OP_DETACH:
 		if (check_dev_name(op->f[2]) || parse_dir(op->f[3], &op->ap))
@@ -743,7 +751,9 @@ static int set_rodata_var(struct bpf_object *obj, const char *assign)
 	return -1;
 }
 
-static struct bpf_object *open_and_load(const struct op *op)
+/* Open OBJ, set its rodata (fields 4..), pin its maps under PIN_DIR/maps and load it;
+ * with programs false no program is loaded (the maps only). */
+static struct bpf_object *open_and_load(const struct op *op, bool programs)
 {
 	const char *path = op->f[1], *pin_dir = op->f[2];
 
@@ -761,6 +771,18 @@ static struct bpf_object *open_and_load(const struct op *op)
 		for (int i = 4; i < op->nf; i++)
 			if (set_rodata_var(obj, op->f[i]))
 				goto err_close;
+		if (!programs) {
+			struct bpf_program *p;
+
+			bpf_object__for_each_program(p, obj) {
+				err = bpf_program__set_autoload(p, false);
+				if (err) {
+					fail("not loading program %s: %s", bpf_program__name(p),
+					     strerror(-err));
+					goto err_close;
+				}
+			}
+		}
 		bpf_object__for_each_map(map, obj) {
 			char pin[PATH_MAX];
 
@@ -812,7 +834,7 @@ static int op_load(const struct op *op)
 		     "(detach and unpin them first, or choose another directory)", prog_dir);
 		return -1;
 	}
-	obj = open_and_load(op);
+	obj = open_and_load(op, true);
 	if (!obj)
 		return -1;
 	bpf_object__close(last_load.obj); /* NULL-safe */
@@ -845,6 +867,34 @@ static int op_load(const struct op *op)
 		first = false;
 	}
 	puts("]}");
+	return 0;
+}
+
+static int op_maps(const struct op *op)
+{
+	char maps[PATH_MAX];
+	struct bpf_object *obj;
+	struct bpf_map *map;
+	bool first = true;
+
+	snprintf(maps, sizeof(maps), "%s/maps", op->f[2]);
+	if (prepare_bpffs_dir(maps))
+		return -1;
+	obj = open_and_load(op, false);
+	if (!obj)
+		return -1;
+	fputs("{\"op\": \"maps\", \"obj\": ", stdout);
+	json_str(op->f[1]);
+	fputs(", \"maps\": [", stdout);
+	bpf_object__for_each_map(map, obj) {
+		if (bpf_map__is_internal(map))
+			continue;
+		fputs(first ? "" : ", ", stdout);
+		json_str(bpf_map__name(map));
+		first = false;
+	}
+	puts("]}");
+	bpf_object__close(obj); /* the pins keep the maps */
 	return 0;
 }
 
@@ -1109,6 +1159,7 @@ static int run_op(const struct op *op)
 	cur = op;
 	switch (op->kind) {
 	case OP_LOAD: return op_load(op);
+	case OP_MAPS: return op_maps(op);
 	case OP_ATTACH:
 	case OP_DETACH: return op_tc(op);
 	case OP_UPDATE: return op_update(op);

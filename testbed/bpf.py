@@ -256,6 +256,14 @@ class Batch:
         sets = [f"{k}={int(v)}" for k, v in (rodata or {}).items()]
         return self._add("load", str(obj), str(pin_dir), str(prog_dir) if prog_dir else "-", *sets)
 
+    def maps(self, obj: Path, pin_dir: Path) -> "Batch":
+        """Create (or reuse) ``obj``'s maps pinned at ``pin_dir/maps/<map>`` without
+        loading any program (nothing is verified: a fraction of a load's cost, which is
+        seconds per program under software emulation). ``@NAME`` still names the
+        latest :meth:`load`'s programs. Result: the loader's JSON (``maps``: the
+        names)."""
+        return self._add("maps", str(obj), str(pin_dir))
+
     def attach(self, netns: str | None, dev: str, direction: str, prog: str) -> "Batch":
         """Attach ``prog`` to tc ``direction`` (ingress/egress) of ``dev`` in ``netns``
         (a name in /run/netns, a path, or None for the current one). Result: ``dev``,
@@ -551,14 +559,16 @@ def _optsw_rodata(node_id: int, *, is_switch: bool, test_mode: bool) -> dict[str
 
 def optswitch_load(pin_dir: Path, *, ledger: Any = None) -> None:
     """Create (or reuse) and pin the optswitch maps under ``pin_dir/maps`` without
-    attaching anything, so they can be configured before the first packet.
+    loading or attaching a program (:meth:`Batch.maps`), so they can be configured
+    before the first packet; the programs are verified when a later load
+    (:func:`attach_nodes`, :func:`trace_run`) loads them.
 
     Raises BpfError / CommandError like :func:`attach_portstat`.
     """
     pin = check_pin_dir(pin_dir)
     obj = object_path(OPTSWITCH)
     _prepare(ledger, pin)
-    Batch().load(obj, pin).run()
+    Batch().maps(obj, pin).run()
 
 
 def map_update(pin_dir: Path, name: str, entries: list[tuple[bytes, bytes]]) -> int:

@@ -45,7 +45,9 @@ tier unit   "$py" -m pytest -q -p no:cacheprovider "${unit_par[@]}" --junitxml="
 # The BPF tier too (each test has its own pin directory): one process left a core idle
 # while the other spent ~70 s of system time loading programs and running them with
 # BPF_PROG_TEST_RUN (measured 2026-11-30 alone on the host: 74 s in one process, 38 s in
-# two; beside two guests 147 s and 118 s).
+# two; beside two guests 147 s and 118 s). Since then a test's first optswitch call
+# creates the maps without loading the programs (`tbload maps`): one process beside two
+# guests 61.6 s instead of 99.8 s.
 bpf_par=()
 if [ "$jobs" -gt 1 ]; then bpf_par=(-n "$jobs" --dist load); fi
 tier bpf    "$py" -m pytest -q -p no:cacheprovider "${bpf_par[@]}" --junitxml="$junit/bpf.xml" tests/bpf

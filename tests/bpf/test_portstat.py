@@ -222,6 +222,27 @@ def test_a_malformed_batch_line_runs_nothing_and_exits_2(pin_dir):
         assert e.value.returncode == 2, bad
 
 
+def test_maps_only_pins_the_maps_without_a_program_and_a_later_load_shares_them(pin_dir):
+    """`maps` creates and pins the object's maps (its result names them) but loads no
+    program: @portstat after it alone is refused. A count written into the map before
+    the program's first load is the count that load's run adds to: the same map."""
+    obj = bpf.object_path("portstat")
+    bpf.ensure_bpffs()
+    (res,) = bpf.Batch().maps(obj, pin_dir).run()
+    assert res == {"op": "maps", "obj": str(obj), "maps": [bpf.PORTSTAT_MAP]}
+    assert (pin_dir / "maps" / bpf.PORTSTAT_MAP).exists() and not (pin_dir / "progs").exists()
+    with pytest.raises(CommandError, match=r"line 2 \(test-run\): program @portstat: no earlier load"):
+        bpf.Batch().maps(obj, pin_dir).test_run("@portstat", data=_udp_frame(64)).run()
+    key = bpf.PORTSTAT_KEY.pack(4, 7, 0, 0)
+    bpf.map_update(pin_dir, bpf.PORTSTAT_MAP, [(key, bpf.PORTSTAT_VALUE.pack(41, 1000, 1, 2))])
+    bpf.test_run(node_id=4, port_id=7, direction="ingress", pin_dir=pin_dir, packet=64)
+    [row] = [r for r in bpf.read_port_counters(pin_dir) if _key(r) == (4, 7, "ingress")]
+    assert (row["packets"], row["bytes"]) == (42, 1064)
+    with pytest.raises(CommandError) as e:
+        bpf._run_loader(["maps", str(obj)])
+    assert e.value.returncode == 2 and "expected: maps OBJ PIN_DIR" in e.value.stderr
+
+
 def test_lookup_and_dump_return_what_update_wrote(pin_dir):
     """The generic map operations round-trip bytes (no struct knowledge in the loader)."""
     bpf.test_run(node_id=1, port_id=1, direction="ingress", pin_dir=pin_dir, packet=64)
