@@ -91,7 +91,9 @@ tier native "$py" -m pytest -q -p no:cacheprovider --junitxml="$junit/native.xml
 # Then (2026-11-30, twenty-first session) the BPF tests' first optswitch call stopped
 # verifying the programs (`tbload maps`): 38 % off the BPF tier on the host; applied to
 # shard 1's 898 s of BPF tests, about 560 s, so lossdetect (117 s) went back to shard 1:
-# about 2 440 and 2 420 s of tests at that load (estimated, not measured in a guest).
+# about 2 440 and 2 420 s of tests at that load (estimated). Measured in a guest beside one
+# other (CI's load: two guests on the 2 cores): tests/bpf as shard 1 runs it 300 s of host
+# wall time (the tests' sum) instead of 419 s (-28 %), the guest command 366 s instead of 496 s.
 # Durations: pytest's are guest time (icount); the host-clock list is wall time.
 # COLUMNS=400: pytest cuts each line of its closing "short test summary" to the terminal's
 # width (80 when, as here, its output is a pipe), which left only "AssertionError" of a
