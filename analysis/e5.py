@@ -110,11 +110,15 @@ def main_context(s: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def context_text(s: pd.DataFrame) -> str:
-    """``"nsfnet, scale 100, 1586 flows, 1 Gbit/s, ..."``: the values shared by the rows."""
+    """``"nsfnet, scale 100, 1586 flows, 1 Gbit/s, ..."``: the values shared by the rows
+    (``abilene_nodes`` only when a row is on the Abilene-like network: NSFNET ignores it)."""
     if s.empty:
         return "?"
+    abilene = "topology" not in s or (s["topology"].astype(str) == "abilene").any()
     bits = []
     for c in _context_columns(s):
+        if c == "abilene_nodes" and not abilene:
+            continue
         vals = sorted(set(s[c].astype(str)))
         v = "/".join(vals)
         bits.append(v if c in ("topology", "cca") else f"{c} {v}")

@@ -406,3 +406,10 @@ def test_an_xcp_loop_that_was_late_makes_a_run_not_exact():
     assert "run" not in table.columns                     # a run's own report: its points are unique
     combined = e5.fidelity_table(prepare(g.assign(run="block-sb")))
     assert list(combined.columns[:2]) == ["run", "point"] and combined["run"].iloc[0] == "block-sb"
+
+
+def test_the_context_names_abilene_nodes_only_for_the_abilene_network():
+    s = summary_of({("sb", "none"): {1500: 5e5}})
+    text = e5.context_text(s)
+    assert text.startswith("nsfnet, ") and "abilene_nodes" not in text and "scale 100" in text
+    assert "abilene_nodes 0.05" in e5.context_text(s.assign(topology="abilene"))
