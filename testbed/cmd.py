@@ -59,6 +59,11 @@ def boot_id() -> str:
     return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
 
 
+#: the state directory when TESTBED_STATE_DIR is not set
+DEFAULT_STATE_DIR = "/var/lib/optical-tcp-testbed"
+
+
 def state_dir() -> Path:
-    """Where ledgers and probe caches live (persistent across reboots: OVS bridges are)."""
-    return Path(os.environ.get("TESTBED_STATE_DIR", "/var/lib/optical-tcp-testbed"))
+    """Where ledgers and probe caches live (persistent across reboots: OVS bridges are):
+    TESTBED_STATE_DIR, else :data:`DEFAULT_STATE_DIR`."""
+    return Path(os.environ.get("TESTBED_STATE_DIR", DEFAULT_STATE_DIR))

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from testbed import btf, hostclock
+from testbed import btf, cmd, hostclock
 
 class Feature(StrEnum):
     """A kernel or host feature a run may need; the value is the probe's name."""
@@ -454,10 +454,6 @@ def distro_kernel(boot_dir: Path = Path("/boot"), modules_dir: Path = Path("/lib
     return best[1] if best else None
 
 
-def state_dir() -> Path:
-    return Path(os.environ.get("TESTBED_STATE_DIR", "/var/lib/optical-tcp-testbed"))
-
-
 def _boot_id() -> str:
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
@@ -530,7 +526,7 @@ def kvm_probe(kernel_image: Path, timeout_s: float = 60) -> Probe:
     except OSError as exc:
         return Probe(KVM, False, f"kernel image {image}: {exc.strerror}")
     key = f"{_boot_id()}|{image.resolve()}|{mtime}"
-    cache = state_dir() / "kvm-probe.json"
+    cache = cmd.state_dir() / "kvm-probe.json"
     entries: dict = {}
     try:
         entries = json.loads(cache.read_text())

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed import process
+from testbed import cmd, process
 from testbed.errors import GuestError, UsageError
 from testbed.ledger import Entry, Ledger, ledger_dir, register
 from testbed.manifest import GIT_ENV, git_env, git_info
@@ -58,21 +58,20 @@ GUEST_FRESH_MOUNTS = ("/run", "/var/log", "/var/tmp", "/var/cache", "/var/spool/
                       "/sys")
 
 
-def check_guest_reads(directory: Path) -> None:
-    """Check that a guest can read a file the host writes into ``directory`` (the
-    ledger directory: a guest's command file) through its root: not below one of
-    :data:`GUEST_FRESH_MOUNTS` (a shared folder there is not exempt: whether virtme-ng
-    mounts it before or after its tmpfs was not checked). Raises UsageError naming
-    TESTBED_STATE_DIR, its value and what is accepted, before anything is created (the
-    guest would otherwise stop with exit 70 after booting)."""
-    d = directory.resolve()
+def check_guest_reads(state: Path) -> None:
+    """Check that a guest can read the files the host writes into the state directory
+    ``state`` (a guest's command file, beside its ledger) through its root: not below one
+    of :data:`GUEST_FRESH_MOUNTS` (a shared folder there is not exempt: whether
+    virtme-ng mounts it before or after its tmpfs was not checked). Raises UsageError
+    naming TESTBED_STATE_DIR, its value and what is accepted, before anything is
+    created (the guest would otherwise stop with exit 70 after booting)."""
+    d = state.resolve()
     hidden = next((m for m in GUEST_FRESH_MOUNTS if d.is_relative_to(m)), None)
     if hidden is not None:
-        state = os.environ.get("TESTBED_STATE_DIR", str(d.parent))
-        raise UsageError(f"TESTBED_STATE_DIR={state!r}: the guest reads its command file from {d}, below "
+        raise UsageError(f"TESTBED_STATE_DIR={str(state)!r}: the guest reads its command file from the state directory ({d}), below "
                          f"{hidden}, which the guest mounts afresh (virtme-ng), so the file is hidden there; "
                          f"accepted: a state directory outside {', '.join(GUEST_FRESH_MOUNTS)} "
-                         f"(default /var/lib/optical-tcp-testbed)")
+                         f"(default {cmd.DEFAULT_STATE_DIR})")
 
 
 def cached_dirs() -> list[str]:
@@ -257,7 +256,7 @@ def run_in_guest(argv: list[str], *, rw_dirs: list[Path] | None = None, ledger_i
     directory the guest cannot read (:func:`check_guest_reads`) or a bad guest setting.
     """
     cfg = cfg or GuestConfig.from_env()
-    check_guest_reads(ledger_dir())
+    check_guest_reads(cmd.state_dir())
     use_kvm = decide_kvm(cfg)
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
     script = guest_script(argv, cfg, rw_dirs or [], use_kvm, git=git_env(git_info()))

@@ -109,5 +109,5 @@ def test_a_state_directory_the_guest_cannot_read_is_refused_before_anything_star
 
 
 def test_the_default_state_directory_and_a_tmp_one_are_readable_by_the_guest(tmp_path):
-    vm.check_guest_reads(Path("/var/lib/optical-tcp-testbed/ledgers"))
-    vm.check_guest_reads(tmp_path / "state" / "ledgers")
+    vm.check_guest_reads(Path(vm.cmd.DEFAULT_STATE_DIR))
+    vm.check_guest_reads(tmp_path / "state")
