@@ -68,8 +68,9 @@ def check_guest_reads(state: Path) -> None:
     d = state.resolve()
     hidden = next((m for m in GUEST_FRESH_MOUNTS if d.is_relative_to(m)), None)
     if hidden is not None:
-        raise UsageError(f"TESTBED_STATE_DIR={str(state)!r}: the guest reads its command file from the state directory ({d}), below "
-                         f"{hidden}, which the guest mounts afresh (virtme-ng), so the file is hidden there; "
+        raise UsageError(f"TESTBED_STATE_DIR={str(state)!r}: the guest reads its command file from the state "
+                         f"directory ({d}), below {hidden}, which the guest mounts afresh (virtme-ng), so the file "
+                         f"is hidden there; "
                          f"accepted: a state directory outside {', '.join(GUEST_FRESH_MOUNTS)} "
                          f"(default {cmd.DEFAULT_STATE_DIR})")
 
