@@ -34,7 +34,9 @@ bound, ``lateness_p99_over_tau`` > 0.05):
 Tables: the points (goodput mean and interval, median, drop rate, flows, fidelity,
 speed), the emulation's artefacts per point (retransmissions, spurious ones, losses
 detected by RTO vs duplicate ACKs; for XCP points the loop's lateness counters), the
-runs not exact or beyond the fidelity bound, the scale check and the rows left out (when
+runs not exact or beyond the fidelity bound, every comparison of F1, F2, F3 and F4d read
+as independent samples (the verdicts' rule) and paired by seed (a second reading:
+``analysis.e5_findings.comparisons``), the scale check and the rows left out (when
 there are any), and the findings last (``analysis.e5_findings``; also ``findings.csv`` /
 ``findings.md``).
 """
@@ -45,6 +47,7 @@ import math
 import re
 import textwrap
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
 import matplotlib
@@ -55,8 +58,8 @@ import pandas as pd  # noqa: E402
 
 from analysis import e5_xcp_params, findings  # noqa: E402
 from analysis.e5_findings import (BUFFER_COL, DROPS, FIDELITY_BOUND, GOODPUT, MSS_B, PAPER_RANGE,  # noqa: E402
-                                  arch_name, archs, buffers, evaluate, exactness_faults, flagged, not_exact,
-                                  pacing_name, pacings, prepare, rows)
+                                  arch_name, archs, buffers, comparisons, evaluate, exactness_faults, flagged,
+                                  not_exact, pacing_name, pacings, paired_readings, prepare, rows)
 from analysis.stats import mean_ci  # noqa: E402
 
 LEVEL = findings.LEVEL
@@ -421,6 +424,12 @@ def analyse(summary: pd.DataFrame, config: dict, out: Path) -> tuple[list[Path],
         (f"Not exact / beyond the fidelity bound ({len(bad)} runs): occ_overflow or core_late > 0, xcp_exact = 0, "
          f"or lateness p99 > {FIDELITY_BOUND:g} x a frame's duration; hollow markers in the figures", bad),
     ]
+    pairs = comparisons(s)
+    if not pairs.empty:
+        tables.append((f"Comparisons of F1, F2, F3 and F4d ({len(pairs)}), two readings: as independent samples "
+                       "(verdict: the pre-registered rule) and paired by seed (paired_verdict: every point's "
+                       "repetition r has the same flows; a second reading, not the findings' verdict; "
+                       "analysis/e5_findings.py)", pairs))
     scales = scale_table(readable)
     if not scales.empty:
         tables.append(("Scale invariance: per-flow goodput at each scale against the smallest (Fieller's 95 % "
@@ -433,8 +442,12 @@ def analyse(summary: pd.DataFrame, config: dict, out: Path) -> tuple[list[Path],
     left_out = left_out_table(left, prepared[prepared[BUFFER_COL].isna()])
     if not left_out.empty:
         tables.append((f"Rows left out of the figures and findings ({int(left_out['runs'].sum())} runs)", left_out))
-    found = evaluate(s) + e5_xcp_params.evaluate(sweeps)
+    second = paired_readings(s)
+    found = [replace(f, side="; ".join(x for x in (f.side, second.get(f.id, "")) if x)) for f in evaluate(s)]
+    found += e5_xcp_params.evaluate(sweeps)
     table = findings.write(found, out, preamble=f"E5, {ctx}. Rules (pre-registered): analysis/e5_findings.py, "
-                                                f"docs/e5.md.")
+                                                f"docs/e5.md. The side column gives F1, F2, F3 and F4d also "
+                                                f"read paired by seed (a second reading, not the verdict; each "
+                                                f"comparison: the report's 'Comparisons' table).")
     tables.append((f"{findings.TITLE}, {ctx}", table))
     return figs, tables

@@ -90,6 +90,20 @@ never "holds".
   core_drop_rate(p) < 1, Fieller's interval (Welch's difference when p's mean drop
   rate is 0). ``xcp not run`` until XCP rows exist.
 
+**A second reading, paired by seed (not the verdicts).** Repetition r of every point
+of a run uses seed 1000 + r, and the seed fixes the flows (their hosts and start
+instants; only the point's architecture, B and sender differ), so the runs of two points
+with one seed share their traffic, and most of the spread between repetitions is the
+seed's (blocks SB and OB: the seed's order of goodput, 1000 > 1001 > 1002, holds at
+nearly every point). The rules above compare the points as independent samples, as
+pre-registered. :func:`comparisons` lists every comparison of F1, F2, F3 and F4d in that
+reading and, beside it, paired by seed (``analysis.findings.compare(paired=True)``:
+Fieller's interval for paired samples, n - 1 degrees of freedom, over the seeds both
+points have), judged by the same regions. Added 2026-11-30, after blocks SB and OB had
+run and before any IB or WCSB run: exploratory for F1 and F4d (their data were seen),
+fixed in advance for F2 and F3 (their IB and WCSB halves were not); the verdicts stay
+the pre-registered ones.
+
 Every run counts in the verdicts, also those not exact (``occ_overflow`` > 0: the BPF's
 admission was an upper bound on the bytes waiting, more drops than the paper's node;
 ``core_late`` > 0: ib decisions after late arrivals; ``xcp_exact`` = 0: the XCP loop's
@@ -143,6 +157,8 @@ PACING_NAMES = {"none": "standard TCP", "tcp": "paced TCP", "xcp": "XCP pacing (
                 "xcp-ack": "XCP pacing (ACK macroflow)"}
 KBPS = 1e-3
 EQUIV = f"equivalence, +-{CLOSE * 100:g} % margin"
+#: the column that matches a run of one point with a run of another (the same seed: the same flows)
+PAIR_KEY = "seed"
 
 
 # ---- selection -------------------------------------------------------------------------
@@ -296,6 +312,18 @@ def _values(g: pd.DataFrame, column: str) -> pd.Series:
     return pd.to_numeric(g[column], errors="coerce") if column in g else pd.Series(dtype=float)
 
 
+def _pair_values(ga: pd.DataFrame, gb: pd.DataFrame, column: str, paired: bool) -> tuple[list[float], list[float]]:
+    """``column`` of two groups of runs: as they are, or (``paired``) aligned by
+    :data:`PAIR_KEY`, the runs with a seed in both groups (a seed with several runs in a
+    group: their mean). Raises KeyError, paired, when a group lacks the seed column."""
+    if not paired:
+        return list(_values(ga, column)), list(_values(gb, column))
+    ma = pd.Series(_values(ga, column).to_numpy(), index=ga[PAIR_KEY].to_numpy()).groupby(level=0).mean()
+    mb = pd.Series(_values(gb, column).to_numpy(), index=gb[PAIR_KEY].to_numpy()).groupby(level=0).mean()
+    common = sorted(set(ma.index) & set(mb.index), key=str)
+    return [float(ma[k]) for k in common], [float(mb[k]) for k in common]
+
+
 # ---- crossings on the B grid -----------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -427,17 +455,19 @@ def _in_range(b: float, lo: float, hi: float) -> bool:
     return (b > lo or same_buffer(b, lo)) and (b < hi or same_buffer(b, hi))
 
 
-def _goodput(fid: str, s: pd.DataFrame, a: str, b: str, pacing: str, b_value: float, **rule: object) -> Finding:
+def _goodput(fid: str, s: pd.DataFrame, a: str, b: str, pacing: str, b_value: float, paired: bool,
+             **rule: object) -> Finding:
     """goodput(architecture a) vs goodput(architecture b) of one sender at one B (bytes)."""
     claim, paper = CLAIMS[fid]
     ga, gb = rows(s, a, pacing, buffer=b_value), rows(s, b, pacing, buffer=b_value)
-    return compare(fid, claim, (arch_name(a), _values(ga, GOODPUT)), (arch_name(b), _values(gb, GOODPUT)),
-                   scale=KBPS, unit="kB/s", paper=paper, where=f"{pacing_name(pacing)}, B = {buffer_text(b_value)}",
-                   side=_side(ga, gb), **rule)  # type: ignore[arg-type]
+    va, vb = _pair_values(ga, gb, GOODPUT, paired)
+    return compare(fid, claim, (arch_name(a), va), (arch_name(b), vb), scale=KBPS, unit="kB/s", paper=paper,
+                   where=f"{pacing_name(pacing)}, B = {buffer_text(b_value)}", side=_side(ga, gb), paired=paired,
+                   **rule)  # type: ignore[arg-type]
 
 
 def _arch_pairs(fid: str, s: pd.DataFrame, pairs: list[tuple[str, str]], senders: list[str],
-                in_range: tuple[float, float] | None, needed: str, **rule: object) -> Finding:
+                in_range: tuple[float, float] | None, needed: str, paired: bool, **rule: object) -> Finding:
     """all_of over every sender, every B (in ``in_range`` if given, else B > 0) and every
     (a, b) architecture pair of ``pairs`` measured at that B."""
     claim, paper = CLAIMS[fid]
@@ -449,31 +479,31 @@ def _arch_pairs(fid: str, s: pd.DataFrame, pairs: list[tuple[str, str]], senders
             for a1, a2 in pairs:
                 if rows(s, a1, p, b).empty or rows(s, a2, p, b).empty:
                     continue
-                parts.append(_goodput(fid, s, a1, a2, p, b, **rule))
+                parts.append(_goodput(fid, s, a1, a2, p, b, paired, **rule))
     return all_of(fid, claim, parts, needed, paper=paper)
 
 
-def f1(s: pd.DataFrame) -> Finding:
+def f1(s: pd.DataFrame, paired: bool = False) -> Finding:
     """F1: SB / OB (and SB / IB) > 1 at every pacing and B in 1-6 MSS."""
     others = [a for a in ("ob", "ib") if a in archs(s)]
     needed = "arch = sb and ob (ib when built) at a common pacing and B in 1500 .. 9000 B"
-    return _arch_pairs("F1", s, [("sb", a) for a in others], pacings(s), PAPER_RANGE, needed, low=1.0)
+    return _arch_pairs("F1", s, [("sb", a) for a in others], pacings(s), PAPER_RANGE, needed, paired, low=1.0)
 
 
-def f2(s: pd.DataFrame) -> Finding:
+def f2(s: pd.DataFrame, paired: bool = False) -> Finding:
     """F2: IB / OB > 1 for paced senders at every B in 1-6 MSS; not measured without ib."""
     if "ib" not in archs(s):
         return _missing("F2", IB_NOT_RUN)
     paced = [p for p in pacings(s) if p != STANDARD]
     needed = "arch = ib and ob with a paced sender (pacing != none) at a common B in 1500 .. 9000 B"
-    return _arch_pairs("F2", s, [("ib", "ob")], paced, PAPER_RANGE, needed, low=1.0)
+    return _arch_pairs("F2", s, [("ib", "ob")], paced, PAPER_RANGE, needed, paired, low=1.0)
 
 
-def f3(s: pd.DataFrame) -> Finding:
+def f3(s: pd.DataFrame, paired: bool = False) -> Finding:
     """F3: WCSB / OB within 1 +- CLOSE at every pacing and B > 0."""
     needed = "arch = wcsb and ob at a common pacing and B > 0"
-    return _arch_pairs("F3", s, [("wcsb", "ob")], pacings(s), None, needed, low=1 - CLOSE, high=1 + CLOSE,
-                       margin_note=EQUIV)
+    return _arch_pairs("F3", s, [("wcsb", "ob")], pacings(s), None, needed, paired, low=1 - CLOSE,
+                       high=1 + CLOSE, margin_note=EQUIV)
 
 
 def _bracket_verdict(lo: float, hi: float, low: float | None, high: float | None) -> str:
@@ -600,7 +630,7 @@ def f4c(s: pd.DataFrame) -> Finding:
     return _per_xcp("F4c", s, "arch = sb with an XCP sender and standard or paced TCP over a B > 0 sweep", parts)
 
 
-def f4d(s: pd.DataFrame) -> Finding:
+def f4d(s: pd.DataFrame, paired: bool = False) -> Finding:
     """F4d: SB, every XCP variant vs none and tcp: drop rate ratio < 1 at 0 < B <= 6 MSS."""
     claim, paper = CLAIMS["F4d"]
 
@@ -611,10 +641,61 @@ def f4d(s: pd.DataFrame) -> Finding:
                 gx, gp = rows(s, "sb", x, b), rows(s, "sb", p, b)
                 if (b > SMALL and not same_buffer(b, SMALL)) or gp.empty:
                     continue
-                out.append(compare("F4d", claim, (pacing_name(x), _values(gx, DROPS)),
-                                   (pacing_name(p), _values(gp, DROPS)), high=1.0, paper=paper,
-                                   where=f"SB, B = {buffer_text(b)}", side=_side(gx, gp)))
+                vx, vp = _pair_values(gx, gp, DROPS, paired)
+                out.append(compare("F4d", claim, (pacing_name(x), vx), (pacing_name(p), vp), high=1.0, paper=paper,
+                                   where=f"SB, B = {buffer_text(b)}", side=_side(gx, gp), paired=paired))
         return out
 
     return _per_xcp("F4d", s, f"arch = sb with an XCP sender and pacing none or tcp at a common 0 < B <= {SMALL:g} B",
                     parts)
+
+
+# ---- the comparisons in both readings --------------------------------------------------
+
+#: the columns of :func:`comparisons`
+COMPARISON_COLUMNS = ["id", "where", "a", "b", "unit", "a_mean", "b_mean", "effect", "rule", "n_a", "n_b",
+                      "estimate", "lo95", "hi95", "verdict", "pairs", "paired_estimate", "paired_lo95",
+                      "paired_hi95", "paired_verdict"]
+
+
+def comparisons(summary: pd.DataFrame) -> pd.DataFrame:
+    """Every comparison of F1, F2, F3 and F4d (the parts of their conjunctions), one row
+    each: the groups' means (display units), the pre-registered reading (``estimate``,
+    ``lo95``, ``hi95``, ``verdict``: independent samples) and the reading paired by
+    :data:`PAIR_KEY` (``pairs``: the seeds both points have; ``paired_*``; module
+    docstring). Empty without a seed column or without comparisons. Raises KeyError
+    without ``arch``, ``pacing`` or ``buffer``."""
+    s = _prepared(summary)
+    s = s[s[BUFFER_COL].notna()]
+    out: list[dict[str, object]] = []
+    if PAIR_KEY not in s:
+        return pd.DataFrame(out, columns=COMPARISON_COLUMNS)
+    for finding in (f1, f2, f3, f4d):
+        for u, p in zip(finding(s).parts, finding(s, paired=True).parts):
+            out.append({"id": u.id, "where": u.where, "a": u.a.label if u.a else "", "b": u.b.label if u.b else "",
+                        "unit": u.unit, "a_mean": u.a.mean if u.a else math.nan,
+                        "b_mean": u.b.mean if u.b else math.nan, "effect": u.effect, "rule": u.rule,
+                        "n_a": u.a.n if u.a else 0, "n_b": u.b.n if u.b else 0, "estimate": u.estimate,
+                        "lo95": u.lo, "hi95": u.hi, "verdict": u.verdict, "pairs": p.a.n if p.a else 0,
+                        "paired_estimate": p.estimate, "paired_lo95": p.lo, "paired_hi95": p.hi,
+                        "paired_verdict": p.verdict if p.effect == u.effect else f"{p.verdict} ({p.effect})"})
+    return pd.DataFrame(out, columns=COMPARISON_COLUMNS)
+
+
+def paired_readings(summary: pd.DataFrame) -> dict[str, str]:
+    """Per finding of F1, F2, F3 and F4d that has comparisons: its conjunction read
+    paired by seed, in words ("paired by seed: holds (10 of 10 comparisons hold)"), for
+    the findings' side column; {} without a seed column. Raises KeyError without
+    ``arch``, ``pacing`` or ``buffer``."""
+    s = _prepared(summary)
+    s = s[s[BUFFER_COL].notna()]
+    if PAIR_KEY not in s:
+        return {}
+    out = {}
+    for finding in (f1, f2, f3, f4d):
+        f = finding(s, paired=True)
+        if not f.parts:
+            continue
+        held = sum(p.verdict == HOLDS for p in f.parts)
+        out[f.id] = f"paired by seed (second reading): {f.verdict}, {held} of {len(f.parts)} comparisons hold"
+    return out

@@ -8,7 +8,11 @@ configurations), or one group against a fixed reference value, and states a verd
 - a ratio of means (claims that are relative): Fieller's interval for two independent
   samples, with Welch-Satterthwaite degrees of freedom evaluated at the estimated ratio;
   unbounded (so inconclusive) when the denominator's mean is not significantly above 0;
-- one group against a reference value: the group's own t interval.
+- one group against a reference value: the group's own t interval;
+- paired samples (``compare(..., paired=True)``: a's and b's repetitions matched, e.g.
+  by seed, so that what the pair shares cancels): the paired t interval of the
+  difference and Fieller's interval for paired samples of the ratio (the ratios r at
+  which the paired t test of a_i - r b_i does not reject 0), n - 1 degrees of freedom.
 
 Every claim is a region of the effect (``low < effect < high``, either side may be
 open): the verdict is **holds** when the whole 95 % interval lies inside the region,
@@ -165,6 +169,58 @@ def fieller_ratio(a: Sequence[float], b: Sequence[float], level: float = LEVEL) 
     return Interval(r, (ma * mb - root) / quad, (ma * mb + root) / quad)
 
 
+def _pairs(a: Sequence[float], b: Sequence[float]) -> tuple[list[float], list[float]]:
+    """The pairs (a_i, b_i) of two aligned sequences with neither value nan or None.
+
+    Raises ValueError when the sequences differ in length."""
+    if len(a) != len(b):
+        raise ValueError(f"paired values need sequences of one length, got {len(a)} and {len(b)}")
+    kept = [(float(x), float(y)) for x, y in zip(a, b)
+            if x is not None and y is not None and not math.isnan(float(x)) and not math.isnan(float(y))]
+    return [x for x, _ in kept], [y for _, y in kept]
+
+
+def paired_difference(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> Interval:
+    """Mean(a - b) over pairs (a_i, b_i) with the paired t interval (n - 1 degrees of freedom).
+
+    ``a`` and ``b`` are aligned (pair i: the same seed, say); pairs with a nan are
+    dropped. Raises ValueError for sequences of different lengths or fewer than 2 pairs."""
+    a, b = _pairs(a, b)
+    if len(a) < 2:
+        raise ValueError(f"a paired interval needs >= 2 pairs, got {len(a)}")
+    d = [x - y for x, y in zip(a, b)]
+    mean, half = mean_ci(d, level)
+    return Interval(mean, mean - half, mean + half)
+
+
+def paired_ratio(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> Interval:
+    """Mean(a) / mean(b) over pairs (a_i, b_i) with Fieller's interval for paired samples.
+
+    The set of ratios r for which the paired t statistic of d_i = a_i - r b_i does not
+    reject mean(d) = 0: (mean(a) - r mean(b))^2 <= t^2 (s_aa - 2 r s_ab + r^2 s_bb) / n,
+    s the sample (co)variances, t the Student-t quantile at n - 1 degrees of freedom.
+    Unbounded, (-inf, inf), when mean(b) is not significantly different from 0. Pairs
+    with a nan are dropped. Raises ValueError for sequences of different lengths, fewer
+    than 2 pairs or mean(b) = 0."""
+    a, b = _pairs(a, b)
+    n = len(a)
+    if n < 2:
+        raise ValueError(f"a paired interval needs >= 2 pairs, got {n}")
+    ma, mb = sum(a) / n, sum(b) / n
+    if mb == 0:
+        raise ValueError("Fieller's interval of a ratio needs a denominator mean other than 0")
+    r = ma / mb
+    saa, sbb = _var(a), _var(b)
+    sab = sum((x - ma) * (y - mb) for x, y in zip(a, b)) / (n - 1)
+    q = t_quantile(n - 1, level) ** 2 / n
+    qa, qb, qc = mb * mb - q * sbb, ma * mb - q * sab, ma * ma - q * saa
+    if qa <= 0:
+        return Interval(r, -math.inf, math.inf)
+    disc = max(qb * qb - qa * qc, 0.0)
+    root = math.sqrt(disc)
+    return Interval(r, (qb - root) / qa, (qb + root) / qa)
+
+
 def _var(x: list[float]) -> float:
     m = sum(x) / len(x)
     return sum((v - m) ** 2 for v in x) / (len(x) - 1)
@@ -226,33 +282,42 @@ def _reason(verdict: str, iv: Interval, rule: str) -> str:
 def compare(id: str, claim: str, a: tuple[str, Iterable[float]], b: tuple[str, Iterable[float]],
             *, low: float | None = None, high: float | None = None, relative: bool = True,
             scale: float = 1.0, unit: str = "", paper: str = "", where: str = "", margin_note: str = "",
-            side: str = "") -> Finding:
+            side: str = "", paired: bool = False) -> Finding:
     """The finding that ``a / b`` (``relative``: Fieller) or ``a - b`` (Welch) lies in ``low < . < high``.
 
     ``a`` and ``b`` are (label, values) pairs; values times ``scale`` are in display
-    units ``unit``. Inconclusive with n < 2 in a group. A ratio whose denominator's
-    mean is <= 0 is judged by Welch's difference instead when the claim is only a
+    units ``unit``. ``paired``: a's and b's values are aligned pairs (the same seed, say;
+    a pair with a nan is dropped) and the intervals are the paired ones
+    (:func:`paired_ratio`, :func:`paired_difference`; the groups shown are the paired
+    values). Inconclusive with n < 2 in a group (pairs). A ratio whose denominator's
+    mean is <= 0 is judged by the difference instead when the claim is only a
     direction (a bound of exactly 1), else inconclusive. Raises ValueError when both
-    bounds are None."""
+    bounds are None, or ``paired`` with values of different lengths."""
+    if paired:
+        pa, pb = _pairs(list(a[1]), list(b[1]))
+        a, b = (a[0], pa), (b[0], pb)
     (ga, va), (gb, vb) = _group(a, scale), _group(b, scale)
+    ratio_iv, diff_iv = (paired_ratio, paired_difference) if paired else (fieller_ratio, welch_difference)
     effect = "a / b" if relative else "a - b"
     rule = region_text(effect, low, high) + (f" ({margin_note})" if margin_note else "")
     common = dict(id=id, claim=claim, paper=paper, where=where, a=ga, b=gb, unit=unit, effect=effect,
                   rule=rule, low=low, high=high, side=side)
     if ga.n < 2 or gb.n < 2:
+        if paired:
+            return Finding(verdict=INCONCLUSIVE, reason=f"fewer than 2 pairs ({ga.n}): no interval", **common)
         few = ", ".join(f"{g.label} (n = {g.n})" for g in (ga, gb) if g.n < 2)
         return Finding(verdict=INCONCLUSIVE, reason=f"fewer than 2 repetitions in {few}: no interval", **common)
     if relative and gb.mean <= 0:
         if (low, high) in ((1.0, None), (None, 1.0)):
             d_low, d_high = (0.0, None) if low is not None else (None, 0.0)
-            iv = welch_difference(va, vb)
+            iv = diff_iv(va, vb)
             verdict = judge(iv, d_low, d_high)
             d_rule = region_text("a - b", d_low, d_high)
             return Finding(verdict=verdict, reason=f"{gb.label} has mean {_fmt(gb.mean)}, so the difference: "
                            + _reason(verdict, iv, d_rule), estimate=iv.estimate, lo=iv.lo, hi=iv.hi,
                            **{**common, "effect": "a - b", "rule": d_rule, "low": d_low, "high": d_high})
         return Finding(verdict=INCONCLUSIVE, reason=f"{gb.label}: mean {_fmt(gb.mean)} <= 0, no ratio", **common)
-    iv = fieller_ratio(va, vb) if relative else welch_difference(va, vb)
+    iv = ratio_iv(va, vb) if relative else diff_iv(va, vb)
     verdict = judge(iv, low, high)
     return Finding(verdict=verdict, reason=_reason(verdict, iv, region_text(effect, low, high)),
                    estimate=iv.estimate, lo=iv.lo, hi=iv.hi, **common)

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from analysis import e5, findings
-from analysis.e5_findings import XCP_NOT_RUN, buffer_bytes, evaluate, reach
+from analysis.e5_findings import XCP_NOT_RUN, buffer_bytes, comparisons, evaluate, reach
 from testbed.families._e5_xcp import COLUMNS as XCP_COLUMNS
 
 TIGHT = (0.99, 1.0, 1.01)  # three repetitions: the mean times these
@@ -413,3 +413,45 @@ def test_the_context_names_abilene_nodes_only_for_the_abilene_network():
     text = e5.context_text(s)
     assert text.startswith("nsfnet, ") and "abilene_nodes" not in text and "scale 100" in text
     assert "abilene_nodes 0.05" in e5.context_text(s.assign(topology="abilene"))
+
+
+# ---- the second reading, paired by seed ------------------------------------------------
+
+SEEDED = (0.9, 1.0, 1.1)   # the seed's spread: seed 0 low, seed 2 high, shared by every point
+
+
+def test_comparisons_pair_the_runs_by_seed_and_leave_the_verdicts_alone():
+    s = summary_of({("sb", "none"): {1500: 1.03e5, 4500: 1.2e5}, ("ob", "none"): {1500: 1e5, 4500: 1e5}},
+                   reps=SEEDED)
+    c = comparisons(s)
+    assert list(c["id"]) == ["F1", "F1"] and list(c["pairs"]) == [3, 3]
+    close = c.iloc[0]
+    assert close["where"].endswith("B = 1.5 kB (1 MSS)") and close["estimate"] == pytest.approx(1.03)
+    # independent samples: the seed's +-10 % swamps 3 %; paired: every seed shows the same 3 %
+    assert close["verdict"] == findings.INCONCLUSIVE and close["lo95"] < 1 < close["hi95"]
+    assert close["paired_verdict"] == findings.HOLDS
+    assert close["paired_lo95"] == pytest.approx(1.03) and close["paired_hi95"] == pytest.approx(1.03)
+    assert by_id(s)["F1"].verdict == findings.INCONCLUSIVE     # the verdict is the pre-registered reading
+
+
+def test_comparisons_use_only_the_seeds_both_points_have():
+    s = summary_of({("sb", "none"): {1500: 1.1e5}, ("ob", "none"): {1500: 1e5}}, reps=SEEDED)
+    s = s[~((s["arch"] == "ob") & (s["seed"] == 2))]
+    row = comparisons(s).iloc[0]
+    assert row["n_a"] == 3 and row["n_b"] == 2 and row["pairs"] == 2
+    s = s[~((s["arch"] == "sb") & (s["seed"] == 1))]
+    row = comparisons(s).iloc[0]
+    assert row["pairs"] == 1 and row["paired_verdict"] == findings.INCONCLUSIVE
+    assert comparisons(s.drop(columns="seed")).empty
+
+
+def test_the_report_lists_the_comparisons_in_both_readings(tmp_path):
+    s = summary_of({("sb", "none"): {1500: 1.03e5}, ("ob", "none"): {1500: 1e5}}, reps=SEEDED)
+    _, tables = e5.analyse(s, {}, tmp_path)
+    title, table = next((k, v) for k, v in tables if k.startswith("Comparisons of F1"))
+    assert "paired by seed" in title and "not the findings' verdict" in title
+    assert list(table["verdict"]) == [findings.INCONCLUSIVE] and list(table["paired_verdict"]) == [findings.HOLDS]
+    found = pd.read_csv(tmp_path / "findings.csv").set_index("id")
+    assert found.loc["F1", "verdict"] == findings.INCONCLUSIVE
+    assert found.loc["F1", "side"] == "paired by seed (second reading): holds, 1 of 1 comparisons hold"
+    assert "paired by seed" not in str(found.loc["F4a", "side"])

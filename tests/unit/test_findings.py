@@ -141,3 +141,63 @@ def test_display_reads_a_findings_csv_back(tmp_path):
     F.write([F.not_measured("F2", "c beats d", "cca = sawl")], tmp_path)
     shown = F.display(pd.read_csv(tmp_path / "findings.csv"))
     assert shown.loc[0, "a"] == "" and shown.loc[0, "effect (95 % interval)"] == "" and shown.loc[0, "where"] == ""
+
+
+def _paired_t_accepts(a: list[float], b: list[float], r: float) -> bool:
+    """The paired t test of d_i = a_i - r b_i against 0 at 5 %, from its definition."""
+    d = [x - r * y for x, y in zip(a, b)]
+    n = len(d)
+    m = sum(d) / n
+    sd = math.sqrt(sum((v - m) ** 2 for v in d) / (n - 1))
+    return abs(m) <= t_quantile(n - 1, 0.95) * sd / math.sqrt(n)
+
+
+def test_paired_ratio_is_the_set_the_paired_t_test_accepts():
+    # strongly correlated pairs (the seed sets both): a narrow paired interval
+    a, b = [640.0, 602.0, 558.0, 611.0], [618.0, 575.0, 545.0, 590.0]
+    iv = F.paired_ratio(a, b)
+    assert iv.estimate == pytest.approx(sum(a) / sum(b))
+    # scan r: accepted exactly inside [lo, hi]
+    for k in range(-400, 401):
+        r = iv.estimate + k * 1e-4
+        inside = iv.lo + 1e-9 < r < iv.hi - 1e-9
+        outside = r < iv.lo - 1e-9 or r > iv.hi + 1e-9
+        if inside:
+            assert _paired_t_accepts(a, b, r)
+        elif outside:
+            assert not _paired_t_accepts(a, b, r)
+    unpaired = F.fieller_ratio(a, b)
+    assert iv.hi - iv.lo < (unpaired.hi - unpaired.lo) / 3  # the pairing removes the seeds' spread
+    assert iv.lo > 1 > unpaired.lo
+
+
+def test_paired_difference_matches_scipy_and_drops_incomplete_pairs():
+    stats = pytest.importorskip("scipy.stats")
+    a, b = [3.0, 5.0, 4.5, 7.0], [2.0, 4.5, 3.0, 6.0]
+    iv = F.paired_difference(a + [float("nan")], b + [1.0])
+    ref = stats.ttest_rel(a, b).confidence_interval(0.95)
+    assert iv.estimate == pytest.approx(1.0)
+    assert (iv.lo, iv.hi) == (pytest.approx(ref.low), pytest.approx(ref.high))
+
+
+def test_paired_intervals_refuse_bad_input_and_open_for_a_zero_denominator():
+    with pytest.raises(ValueError, match="one length"):
+        F.paired_ratio([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError, match=">= 2 pairs"):
+        F.paired_difference([1.0, float("nan")], [1.0, 2.0])
+    with pytest.raises(ValueError, match="denominator"):
+        F.paired_ratio([1.0, 2.0], [1.0, -1.0])
+    assert F.paired_ratio([1.0, 1.1, 0.9], [0.1, -0.05, 0.02]) == F.Interval(
+        pytest.approx(3 / 0.07), -math.inf, math.inf)
+
+
+def test_compare_paired_uses_the_pairs():
+    a, b = [640.0, 602.0, 558.0], [618.0, 575.0, 545.0]
+    unpaired = F.compare("X", "a beats b", ("a", a), ("b", b), low=1.0)
+    paired = F.compare("X", "a beats b", ("a", a), ("b", b), low=1.0, paired=True)
+    assert unpaired.verdict == F.INCONCLUSIVE and paired.verdict == F.HOLDS
+    assert (paired.lo, paired.hi) == (F.paired_ratio(a, b).lo, F.paired_ratio(a, b).hi)
+    dropped = F.compare("X", "a beats b", ("a", [1.0, float("nan")]), ("b", [1.0, 2.0]), low=1.0, paired=True)
+    assert dropped.verdict == F.INCONCLUSIVE and "fewer than 2 pairs (1)" in dropped.reason
+    zero = F.compare("X", "fewer drops", ("a", [0.2, 0.21, 0.22]), ("b", [0.0, 0.0, 0.0]), high=1.0, paired=True)
+    assert zero.effect == "a - b" and zero.verdict == F.FAILS
