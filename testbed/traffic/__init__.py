@@ -18,7 +18,8 @@ from typing import Any
 _EXPORTS = {
     "BimodalLognormal": "schedule", "EmpiricalCDF": "schedule", "Fixed": "schedule", "FlowSpec": "schedule",
     "Schedule": "schedule", "SizeDistribution": "schedule", "batch": "schedule", "long_lived": "schedule",
-    "migration_batch": "schedule", "poisson_long_lived": "schedule", "poisson_schedule": "schedule",
+    "migration_batch": "schedule", "nested_subset": "schedule", "poisson_long_lived": "schedule",
+    "poisson_schedule": "schedule",
     "TrafficRun": "run", "TrafficResult": "run", "TrafficError": "run", "Window": "run",
     "FlowRecord": "records", "LoopbackHost": "local", "LoopbackNet": "local",
 }

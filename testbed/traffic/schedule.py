@@ -379,6 +379,26 @@ def long_lived(pairs: Iterable[tuple[str, str]], *, start_s: float = 0.0, durati
                             "stagger_s": stagger_s})
 
 
+def nested_subset(schedule: Schedule, n_flows: int, seed: int) -> Schedule:
+    """The first ``n_flows`` flows of a uniformly random order of ``schedule``'s flows,
+    renumbered by that order (id = rank, 0 first), sorted by start time.
+
+    The order depends on ``seed`` and the schedule only, so subsets of one schedule are
+    nested: every flow of ``nested_subset(s, k, seed)`` is in ``nested_subset(s, n, seed)``
+    for k <= n, with the same id. A uniformly random k-subset of flows drawn i.i.d. (for
+    :func:`poisson_long_lived`: k sorted uniform instants, uniform pairs) is distributed as
+    k such flows drawn directly. Raises DefinitionError naming ``n_flows`` outside
+    1 .. len(schedule)."""
+    flows = schedule.flows
+    if isinstance(n_flows, bool) or not isinstance(n_flows, int) or not 1 <= n_flows <= len(flows):
+        raise DefinitionError("n_flows", n_flows, f"an integer 1 .. {len(flows)} (the flows of the schedule)")
+    order = np.random.default_rng([seed, len(flows)]).permutation(len(flows))
+    kept = [replace(flows[int(i)], id=rank) for rank, i in enumerate(order[:n_flows])]
+    kept.sort(key=lambda f: (f.start_s, f.id))
+    return Schedule(tuple(kept), {**schedule.meta, "nested_subset": {"of_flows": len(flows), "n_flows": n_flows,
+                                                                     "seed": seed}})
+
+
 def poisson_long_lived(hosts: Sequence[str], n_flows: int, horizon_s: float, seed: int, *,
                        trace: bool = True, tag: str = "long") -> Schedule:
     """``n_flows`` long-lived flows entering during [0, horizon_s) at the instants of a

@@ -9,7 +9,8 @@ from scipy import stats
 
 from testbed.errors import DefinitionError
 from testbed.traffic.schedule import (BimodalLognormal, EmpiricalCDF, Fixed, FlowSpec, Schedule, batch,
-                                      long_lived, migration_batch, poisson_long_lived, poisson_schedule)
+                                      long_lived, migration_batch, nested_subset, poisson_long_lived,
+                                      poisson_schedule)
 
 HOSTS = [f"h{i}" for i in range(1, 9)]
 E1_SIZES = BimodalLognormal(p_small=0.8, median_small=10e6, sigma_small=0.5, median_large=1e9, sigma_large=0.5)
@@ -182,3 +183,32 @@ def test_poisson_long_lived_errors_name_the_argument(args, key):
     with pytest.raises(DefinitionError) as err:
         poisson_long_lived(*args, seed=1)
     assert err.value.key == key
+
+
+def test_nested_subsets_share_their_flows_and_stay_a_poisson_schedule():
+    """E5's scale check: the flows at a larger scale are a subset of those at a smaller
+    one, with the same ids; a subset is again uniform instants between uniform pairs."""
+    n, horizon = 4000, 40.0
+    base = poisson_long_lived(HOSTS, n, horizon, seed=11)
+    big, small = nested_subset(base, 2000, seed=11), nested_subset(base, 1000, seed=11)
+    assert len(big) == 2000 and len(small) == 1000
+    assert set(small.flows) <= set(big.flows)                    # the same flows, the same ids
+    assert sorted(f.id for f in big.flows) == list(range(2000))   # id = rank in the random order
+    assert [f.start_s for f in small.flows] == sorted(f.start_s for f in small.flows)
+    as_base = {(f.src, f.dst, f.start_s) for f in base.flows}
+    assert all((f.src, f.dst, f.start_s) in as_base for f in big.flows)
+    t = np.array([f.start_s for f in small.flows])
+    assert stats.kstest(t, "uniform", args=(0, horizon)).pvalue > 1e-3
+    # can fail: the first 1000 flows by start time are not a uniform subset
+    assert stats.kstest(np.array([f.start_s for f in base.flows[:1000]]), "uniform",
+                        args=(0, horizon)).pvalue < 1e-6
+    counts: dict[tuple[str, str], int] = {}
+    for f in small.flows:
+        counts[(f.src, f.dst)] = counts.get((f.src, f.dst), 0) + 1
+    assert stats.chisquare(list(counts.values())).pvalue > 1e-3
+    assert nested_subset(base, 1000, seed=11) == small and nested_subset(base, 1000, seed=12) != small
+    assert nested_subset(base, n, seed=11).meta["nested_subset"] == {"of_flows": n, "n_flows": n, "seed": 11}
+    for bad in (0, n + 1, 2.5):
+        with pytest.raises(DefinitionError) as err:
+            nested_subset(base, bad, seed=11)  # type: ignore[arg-type]
+        assert err.value.key == "n_flows"
