@@ -20,7 +20,11 @@ network's load per link in flows is then the paper's; delays, B, the window limi
 the packet size are unchanged). A flow's share of a link, in paper units, is the
 paper's; the packet times are s times longer, so a B of k packets drains in s times the
 paper's time. Whether per-flow goodput is invariant under this scaling is an open check
-(docs/e5.md, "Scale").
+(docs/e5.md, "Scale"). For that check ``flows_of_scale`` k nests the flows: each point
+draws the flows of scale k and keeps a random flows / scale of them
+(``testbed.traffic.nested_subset``), so that with one seed a larger scale's flows are a
+subset of a smaller one's, with the same ids, and ``common_scale`` measures the goodput
+of the flows every scale up to it shares (``goodput_common_Bps``), paired by seed.
 
 **Packets.** TCP timestamps off, MTU 1500: a full segment carries 1460 B in a 1500 B IP
 packet (the paper's "MSS 1500 Bytes" IP datagram) and a 1514 B frame; the optical RAM
@@ -128,9 +132,17 @@ def paper_flows(values: dict[str, Any]) -> float:
     return float(n)
 
 
-def scaled_flows(values: dict[str, Any]) -> int:
-    """The flows emulated: round(:func:`paper_flows` / scale), at least 2."""
-    return max(2, round(paper_flows(values) / values["scale"]))
+def scaled_flows(values: dict[str, Any], scale: int | None = None) -> int:
+    """The flows emulated at ``scale`` (the point's when None): round(:func:`paper_flows`
+    / scale), at least 2."""
+    return max(2, round(paper_flows(values) / (values["scale"] if scale is None else scale)))
+
+
+def common_flows(values: dict[str, Any]) -> int | None:
+    """With ``common_scale`` k: the flows a point at scale k has, which are the ids
+    below :func:`scaled_flows` at k of a nested schedule (``flows_of_scale``); None
+    without ``common_scale``."""
+    return scaled_flows(values, values["common_scale"]) if values["common_scale"] else None
 
 
 def scaled_rate_bps(values: dict[str, Any]) -> float:
@@ -177,6 +189,13 @@ class E5OpticalRam(FlowFamily):
               "NSFNET, 2232 x edge nodes / 698 on Abilene (before scale)", lo=2, hi=100_000, keywords=("paper",)),
         Param("scale", "int", 1, "scale s: link rates and the number of flows divided by s (1 = the paper's)",
               lo=1, hi=10_000),
+        Param("flows_of_scale", "int", 0, "0: the point's own flows; k (1 .. scale): the flows drawn for scale k, "
+              "of which a random flows / scale are kept, so that a point's flows are a subset of those of any "
+              "smaller scale with the same seed and k, with the same ids (the scale check; docs/e5.md)",
+              lo=0, hi=10_000),
+        Param("common_scale", "int", 0, "0: none; k (scale .. 10000, with flows_of_scale): also measure the "
+              "goodput of the flows a point at scale k has (goodput_common_Bps), the flows shared by every "
+              "scale up to k", lo=0, hi=10_000),
         Param("rate", Dim.RATE, "1 Gbit/s", "every link's rate at scale 1 (paper: 1 Gb/s)", lo=0, lo_open=True,
               hi=100e9),
         Param("duration", Dim.TIME, "40 s", "run length; flows enter during all of it (paper: 40 s)",
@@ -192,6 +211,10 @@ class E5OpticalRam(FlowFamily):
         Metric("goodput_per_flow_Bps", "B/s", "average flow goodput: mean over the flows that started before the "
                "window of their payload bytes received in it / window"),
         Metric("goodput_per_flow_median_Bps", "B/s", "median of the same"),
+        Metric("goodput_common_Bps", "B/s", "with common_scale: the same average over the measured flows a point "
+               "at common_scale has (shared with every scale up to it); NaN without", since="2026-11-30"),
+        Metric("flows_common_measured", "count", "the flows of that average (0 without common_scale)",
+               since="2026-11-30"),
         Metric("flows_started", "count", "flows emulated (flows / scale; 'paper' flows: docs/e5.md)"),
         Metric("flows_measured", "count", "flows that started before the window (the average's flows)"),
         Metric("flows_failed", "count", "flows that failed (connect or send error)"),
@@ -261,6 +284,16 @@ class E5OpticalRam(FlowFamily):
                     raise DefinitionError("params.routing", v["routing"], f"pair with pacing = {v['pacing']} (XCP's "
                                           "probes follow one static route per pair)", defn.source)
                 e5_xcp.parameters(v, defn.source)
+            if v["flows_of_scale"] > v["scale"]:
+                raise DefinitionError("params.flows_of_scale", v["flows_of_scale"], f"0 or 1 .. {v['scale']} (the "
+                                      f"scale: the flows are a subset of those drawn at a scale up to the point's)",
+                                      defn.source)
+            if v["common_scale"] and not v["flows_of_scale"]:
+                raise DefinitionError("params.common_scale", v["common_scale"], "0 without flows_of_scale (only "
+                                      "nested flows are shared between scales)", defn.source)
+            if v["common_scale"] and v["common_scale"] < v["scale"]:
+                raise DefinitionError("params.common_scale", v["common_scale"], f"0 or {v['scale']} .. 10000 (the "
+                                      f"scale up: a larger scale's flows are the shared ones)", defn.source)
             if v["window"].si >= v["duration"].si:
                 raise DefinitionError("params.window", str(v["window"]),
                                       f"a time below the duration ({v['duration']})", defn.source)
@@ -321,17 +354,26 @@ class E5OpticalRam(FlowFamily):
 
     @classmethod
     def workload(cls, fp: FlowPoint) -> "Schedule":
-        """flows / scale long-lived flows at Poisson instants over the whole run."""
-        from testbed.traffic import poisson_long_lived
+        """flows / scale long-lived flows at Poisson instants over the whole run (with
+        ``flows_of_scale`` k: a nested random subset of those drawn for scale k)."""
+        from testbed.traffic import nested_subset, poisson_long_lived
 
         v = fp.values
         hosts = sorted(h.name for h in fp.emu.hosts())
         n = scaled_flows(v)
-        sched = poisson_long_lived(hosts, n, v["duration"].si, fp.ctx.point.seed)
+        seed = fp.ctx.point.seed
+        if v["flows_of_scale"]:
+            drawn = poisson_long_lived(hosts, scaled_flows(v, v["flows_of_scale"]), v["duration"].si, seed)
+            sched = nested_subset(drawn, n, seed)
+        else:
+            sched = poisson_long_lived(hosts, n, v["duration"].si, seed)
         fp.ctx.write_json("schedule-meta.json", {
             **sched.meta, "flows": len(sched), "scale": v["scale"], "link_rate_bps": scaled_rate_bps(v),
-            "core": core_spec(v), "edge": edge_spec(v), "pacing": v["pacing"], "mtu": IP_PACKET, "mss": MSS})
-        fp.ctx.progress(f"{n} {profile_name(v)} flows over {v['duration']} (paper), core "
+            "core": core_spec(v), "edge": edge_spec(v), "pacing": v["pacing"], "mtu": IP_PACKET, "mss": MSS,
+            "flows_of_scale": v["flows_of_scale"], "common_flows": common_flows(v)})
+        nested = (f" (a nested subset of the {sched.meta['nested_subset']['of_flows']} drawn for scale "
+                  f"{v['flows_of_scale']})" if v["flows_of_scale"] else "")
+        fp.ctx.progress(f"{n} {profile_name(v)} flows{nested} over {v['duration']} (paper), core "
                         f"{core_spec(v)} B, measured over the last {v['window']}")
         return sched
 
@@ -420,7 +462,8 @@ def summarise(fp: FlowPoint, result: "TrafficResult") -> dict[str, Any]:
     start = window.warmup_s
     # per-flow goodput in the window: the intervals of each flow's series from the
     # window's start on (check() makes the start an interval edge)
-    rows, measured = [], []
+    rows, measured, common = [], [], []
+    n_common = common_flows(v)
     by_id = {f.flow_id: f for f in result.flows}
     assert fp.schedule is not None
     for spec in fp.schedule.flows:
@@ -439,6 +482,8 @@ def summarise(fp: FlowPoint, result: "TrafficResult") -> dict[str, Any]:
                      "srtt_s": rec.srtt_s if rec else None})
         if spec.start_s < start and not math.isnan(goodput):
             measured.append(goodput)
+            if n_common is not None and spec.id < n_common:
+                common.append(goodput)
     ctx.write_csv("flows_window.csv", rows)
     g = v["bin"].si
     ctx.write_csv("throughput_series.csv", [{"t_s": r["t_s"] + g, "bytes": r["bytes"],
@@ -466,6 +511,8 @@ def summarise(fp: FlowPoint, result: "TrafficResult") -> dict[str, Any]:
     return {
         "goodput_per_flow_Bps": statistics.fmean(measured) if measured else math.nan,
         "goodput_per_flow_median_Bps": statistics.median(measured) if measured else math.nan,
+        "goodput_common_Bps": statistics.fmean(common) if common else math.nan,
+        "flows_common_measured": len(common),
         "flows_started": len(fp.schedule.flows),
         "flows_measured": len(measured),
         "flows_failed": sum(1 for f in result.flows if f.status == "failed"),

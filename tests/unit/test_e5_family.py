@@ -176,6 +176,7 @@ def test_summarise_measures_the_window_over_flows_started_before_it(tmp_path):
     row = e5_optram.summarise(fp, result)  # type: ignore[arg-type]
     assert set(row) == {m.name for m in E5OpticalRam.metrics}
     assert row["goodput_per_flow_Bps"] == pytest.approx((10_000 + 30_000) / 2)
+    assert math.isnan(row["goodput_common_Bps"]) and row["flows_common_measured"] == 0   # no common_scale
     assert row["flows_measured"] == 2 and row["flows_started"] == 4 and row["flows_failed"] == 1
     assert row["core_packets"] == 1200 - 160 and row["core_drop_rate"] == pytest.approx(40 / 1040)
     assert row["core_drop_rate_run"] == pytest.approx(50 / 1200)
@@ -193,3 +194,65 @@ def test_summarise_measures_the_window_over_flows_started_before_it(tmp_path):
         [("0", "incomplete", "20000"), ("1", "incomplete", "60000"), ("2", "incomplete", "5000"),
          ("3", "failed", "")]
     assert math.isnan(float(flows[3]["goodput_Bps"] or "nan"))
+
+
+@pytest.mark.parametrize("over,key", [
+    ({"scale": 20, "flows_of_scale": 40}, "params.flows_of_scale"),   # a larger scale has fewer flows
+    ({"scale": 20, "common_scale": 40}, "params.common_scale"),       # shared flows need nested ones
+    ({"scale": 20, "flows_of_scale": 10, "common_scale": 10}, "params.common_scale"),
+])
+def test_bad_nesting_names_the_key(over, key):
+    with pytest.raises(DefinitionError) as err:
+        E5OpticalRam.check(_Defn(**over))  # type: ignore[arg-type]
+    assert err.value.key == key
+
+
+def _workload(tmp_path, **over):
+    meta = {}
+    v = values(duration=Quantity(10, Dim.TIME), window=Quantity(2, Dim.TIME), **over)
+    ctx = SimpleNamespace(point=SimpleNamespace(seed=1000), write_json=lambda n, d: meta.update(d),
+                          progress=lambda text: meta.setdefault("progress", text))
+    emu = SimpleNamespace(hosts=lambda: [SimpleNamespace(name=f"h{i}") for i in range(14)])
+    fp = SimpleNamespace(values=v, ctx=ctx, emu=emu)
+    return E5OpticalRam.workload(fp), meta  # type: ignore[arg-type]
+
+
+def test_nested_flows_are_shared_between_scales_with_their_ids(tmp_path):
+    s10, _ = _workload(tmp_path, flows="paper", scale=10, flows_of_scale=10, common_scale=20)
+    s20, meta = _workload(tmp_path, flows="paper", scale=20, flows_of_scale=10, common_scale=20)
+    own20, _ = _workload(tmp_path, flows="paper", scale=20)
+    assert (len(s10), len(s20), len(own20)) == (159, 79, 79)
+    assert set(s20.flows) <= set(s10.flows)
+    # at scale 10 the flows shared with scale 20 are the ids below 79: scale 20's flows
+    assert {f for f in s10.flows if f.id < 79} == set(s20.flows)
+    assert own20 != s20 and "nested_subset" not in own20.meta
+    assert meta["common_flows"] == 79 and meta["flows_of_scale"] == 10 and meta["flows"] == 79
+    assert "a nested subset of the 159 drawn for scale 10" in meta["progress"]
+
+
+def test_summarise_measures_the_shared_flows_apart(tmp_path):
+    """With common_scale, goodput_common_Bps averages the measured flows whose id is below
+    the common scale's flow count (2 here: 200 flows / scale 100)."""
+    from testbed.cc.lossdetect import LossDetection
+    from testbed.results import write_csv, write_json
+    from testbed.traffic import FlowSpec, Schedule, Window
+
+    v = values(flows=400, scale=100, flows_of_scale=100, common_scale=200, duration=Quantity(10, Dim.TIME),
+               window=Quantity(2, Dim.TIME))
+    ctx = SimpleNamespace(dir=tmp_path, tdf=TimeDilation(20), write_csv=lambda n, rows: write_csv(tmp_path / n, rows),
+                          write_json=lambda n, d: write_json(tmp_path / n, d))
+    write_json(tmp_path / "fidelity.json", {"packets": 10, "p99_ns": 1_000_000, "max_ns": 5_000_000})
+    write_json(tmp_path / "machine.json", {"wall_s": 100.0, "emulation_s": 200.0})
+    sched = Schedule(tuple(FlowSpec(i, "h0", "h1", None, 1.0 + i) for i in (3, 0, 2, 1)))
+    totals = {"core_cut": 10, "core_buffered": 0, "core_dropped": 0, "edge_dropped": 0, "switched": 10,
+              "occ_overflow": 0}
+    fp = SimpleNamespace(ctx=ctx, values=v, schedule=sched, timeline=SimpleNamespace(done=[]),
+                         run=SimpleNamespace(t0=5.0),
+                         measured={"window_start": totals, "end": totals, "tcp": LossDetection.zero()})
+    got = {0: 10_000, 1: 20_000, 2: 60_000, 3: 100_000}    # window bytes per flow id
+    result = SimpleNamespace(window=Window(warmup_s=8.0, length_s=2.0), flows=[_flow(i) for i in got],
+                             flow_series=lambda fid, g: [{"t_s": 8.0, "bytes": got[fid]}], series=lambda g: [])
+    row = e5_optram.summarise(fp, result)  # type: ignore[arg-type]
+    assert row["flows_measured"] == 4 and row["flows_common_measured"] == 2
+    assert row["goodput_common_Bps"] == pytest.approx((10_000 + 20_000) / 2 / 2)
+    assert row["goodput_per_flow_Bps"] == pytest.approx(190_000 / 4 / 2)
