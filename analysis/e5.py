@@ -59,15 +59,19 @@ import pandas as pd  # noqa: E402
 from analysis import e5_xcp_params, findings  # noqa: E402
 from analysis.e5_findings import (BUFFER_COL, DROPS, FIDELITY_BOUND, GOODPUT, MSS_B, PAPER_RANGE,  # noqa: E402
                                   arch_name, archs, buffers, comparisons, evaluate, exactness_faults, flagged,
-                                  not_exact, pacing_name, pacings, paired_readings, prepare, rows)
+                                  not_exact, pacing_name, pacings, pair_values, paired_readings, prepare, rows)
 from analysis.stats import mean_ci  # noqa: E402
 
 LEVEL = findings.LEVEL
+#: the goodput of the flows shared between scales (nested flows; the family's metric)
+COMMON = "goodput_common_Bps"
 #: parameters besides arch, pacing and B that make a run's context (the figures use one)
-CONTEXT_PARAMS = ("topology", "abilene_nodes", "routing", "cca", "flows", "scale", "rate", "duration", "window", "cwnd_limit",
-                  "edge_buffer", "bin", "xcp_alpha", "xcp_beta", "xcp_gamma", "xcp_interval", "xcp_rate_delay")
+CONTEXT_PARAMS = ("topology", "abilene_nodes", "routing", "cca", "flows", "scale", "flows_of_scale", "common_scale",
+                  "rate", "duration", "window", "cwnd_limit", "edge_buffer", "bin", "xcp_alpha", "xcp_beta",
+                  "xcp_gamma", "xcp_interval", "xcp_rate_delay")
 #: the summary columns this analysis reads (parameters and metrics of the E5 family)
-COLUMNS_READ = ("point", "rep", "arch", "pacing", "buffer", *CONTEXT_PARAMS, GOODPUT, "goodput_per_flow_median_Bps",
+COLUMNS_READ = ("point", "rep", "seed", "arch", "pacing", "buffer", *CONTEXT_PARAMS, GOODPUT,
+                "goodput_per_flow_median_Bps", COMMON, "flows_common_measured",
                 "flows_started", "flows_measured", "flows_failed", DROPS, "edge_drops", "occ_overflow", "core_late",
                 "window_start_late_s", "loss_events_rto", "loss_events_fast", "retrans_segs",
                 "spurious_retrans_segs", "lateness_p99_over_tau", "packet_hops_per_wall_s", "paper_s_per_wall_s")
@@ -358,7 +362,10 @@ def scale_table(s: pd.DataFrame) -> pd.DataFrame:
     """Per point (arch, pacing, B and the rest of the context but scale) measured at
     several scales: per-flow goodput at each scale against the smallest scale (Fieller's
     95 % interval of the ratio; within 1 +- MARGIN is the invariance the scaling relies
-    on). Empty when no point has two scales."""
+    on). With nested flows (``flows_of_scale``, ``common_scale``) also the goodput of the
+    flows both scales share (:data:`COMMON`), paired by seed (Fieller's interval for
+    paired samples): the same flows at both scales, the verdict of a nested scale check
+    (docs/e5.md, "Scale"). Empty when no point has two scales."""
     if "scale" not in s:
         return pd.DataFrame()
     others = [c for c in _context_columns(s) if c != "scale"]
@@ -375,11 +382,21 @@ def scale_table(s: pd.DataFrame) -> pd.DataFrame:
                 f = findings.compare("scale", "per-flow goodput is invariant under scaling",
                                      (f"scale {k:g}", _num(at, GOODPUT)), (f"scale {sizes[0]:g}", _num(ref, GOODPUT)),
                                      low=1 - findings.MARGIN, high=1 + findings.MARGIN, scale=1e-3, unit="kB/s")
-                out.append({"arch": a, "pacing": p, "buffer": _buffer_label(g), "scale": k,
-                            "goodput [kB/s]": f.a.mean if f.a else math.nan, "runs": f.a.n if f.a else 0,
-                            "reference scale": sizes[0], "reference [kB/s]": f.b.mean if f.b else math.nan,
-                            "reference runs": f.b.n if f.b else 0, "ratio": f.estimate, "lo95": f.lo, "hi95": f.hi,
-                            f"within 1 +- {findings.MARGIN:g}": f.verdict})
+                row = {"arch": a, "pacing": p, "buffer": _buffer_label(g), "scale": k,
+                       "goodput [kB/s]": f.a.mean if f.a else math.nan, "runs": f.a.n if f.a else 0,
+                       "reference scale": sizes[0], "reference [kB/s]": f.b.mean if f.b else math.nan,
+                       "reference runs": f.b.n if f.b else 0, "ratio": f.estimate, "lo95": f.lo, "hi95": f.hi,
+                       f"within 1 +- {findings.MARGIN:g}": f.verdict}
+                if COMMON in g and "seed" in g and _num(at, COMMON).notna().any() and _num(ref, COMMON).notna().any():
+                    va, vb = pair_values(at, ref, COMMON, paired=True)
+                    c = findings.compare("scale", "the shared flows' goodput is invariant under scaling",
+                                         (f"scale {k:g}", va), (f"scale {sizes[0]:g}", vb), low=1 - findings.MARGIN,
+                                         high=1 + findings.MARGIN, scale=1e-3, unit="kB/s", paired=True)
+                    row.update({"shared flows [kB/s]": c.a.mean if c.a else math.nan,
+                                "reference shared [kB/s]": c.b.mean if c.b else math.nan,
+                                "pairs": c.a.n if c.a else 0, "shared ratio": c.estimate, "shared lo95": c.lo,
+                                "shared hi95": c.hi, f"shared within 1 +- {findings.MARGIN:g}": c.verdict})
+                out.append(row)
     return pd.DataFrame(out)
 
 

@@ -312,7 +312,7 @@ def _values(g: pd.DataFrame, column: str) -> pd.Series:
     return pd.to_numeric(g[column], errors="coerce") if column in g else pd.Series(dtype=float)
 
 
-def _pair_values(ga: pd.DataFrame, gb: pd.DataFrame, column: str, paired: bool) -> tuple[list[float], list[float]]:
+def pair_values(ga: pd.DataFrame, gb: pd.DataFrame, column: str, paired: bool) -> tuple[list[float], list[float]]:
     """``column`` of two groups of runs: as they are, or (``paired``) aligned by
     :data:`PAIR_KEY`, the runs with a seed in both groups (a seed with several runs in a
     group: their mean). Raises KeyError, paired, when a group lacks the seed column."""
@@ -460,7 +460,7 @@ def _goodput(fid: str, s: pd.DataFrame, a: str, b: str, pacing: str, b_value: fl
     """goodput(architecture a) vs goodput(architecture b) of one sender at one B (bytes)."""
     claim, paper = CLAIMS[fid]
     ga, gb = rows(s, a, pacing, buffer=b_value), rows(s, b, pacing, buffer=b_value)
-    va, vb = _pair_values(ga, gb, GOODPUT, paired)
+    va, vb = pair_values(ga, gb, GOODPUT, paired)
     return compare(fid, claim, (arch_name(a), va), (arch_name(b), vb), scale=KBPS, unit="kB/s", paper=paper,
                    where=f"{pacing_name(pacing)}, B = {buffer_text(b_value)}", side=_side(ga, gb), paired=paired,
                    **rule)  # type: ignore[arg-type]
@@ -641,7 +641,7 @@ def f4d(s: pd.DataFrame, paired: bool = False) -> Finding:
                 gx, gp = rows(s, "sb", x, b), rows(s, "sb", p, b)
                 if (b > SMALL and not same_buffer(b, SMALL)) or gp.empty:
                     continue
-                vx, vp = _pair_values(gx, gp, DROPS, paired)
+                vx, vp = pair_values(gx, gp, DROPS, paired)
                 out.append(compare("F4d", claim, (pacing_name(x), vx), (pacing_name(p), vp), high=1.0, paper=paper,
                                    where=f"SB, B = {buffer_text(b)}", side=_side(gx, gp), paired=paired))
         return out

@@ -34,6 +34,7 @@ def run_rows(arch: str, pacing: str, b: float, goodput: float, *, reps=TIGHT, dr
     for rep, f in enumerate(reps):
         out.append({"point": "", "rep": rep, "seed": rep, "topology": "nsfnet", "arch": arch, "buffer": size(b),
                     "pacing": pacing, "routing": "flow", "cca": "reno", "flows": 1586, "scale": scale, "abilene_nodes": 0.05,
+                    "flows_of_scale": 0, "common_scale": 0, "goodput_common_Bps": math.nan, "flows_common_measured": 0,
                     "xcp_alpha": 0.4, "xcp_beta": 0.226, "xcp_gamma": 0.1, "xcp_interval": "50 ms",
                     "xcp_rate_delay": "2 ms", "xcp_stability_check": True,
                     **{c: float("nan") for c in XCP_COLUMNS},
@@ -455,3 +456,20 @@ def test_the_report_lists_the_comparisons_in_both_readings(tmp_path):
     assert found.loc["F1", "verdict"] == findings.INCONCLUSIVE
     assert found.loc["F1", "side"] == "paired by seed (second reading): holds, 1 of 1 comparisons hold"
     assert "paired by seed" not in str(found.loc["F4a", "side"])
+
+
+
+def test_nested_scales_are_compared_on_their_shared_flows_paired_by_seed():
+    """The shared flows' goodput at scale 20 against scale 10, paired by seed: the seed's
+    +-10 % cancels; without nesting (no goodput_common_Bps) no paired columns."""
+    fine = summary_of({("sb", "none"): {15000: 8e5}}, reps=SEEDED, scale=10)
+    coarse = summary_of({("sb", "none"): {15000: 8e5}}, reps=SEEDED, scale=20)
+    s = pd.concat([fine, coarse], ignore_index=True)
+    assert "shared ratio" not in e5.scale_table(e5.prepare(s))
+    s["flows_of_scale"], s["common_scale"] = 10, 20
+    s["goodput_common_Bps"] = s["goodput_per_flow_Bps"] * [1.0, 1.01, 0.99, 0.97, 0.985, 0.965]
+    row = e5.scale_table(e5.prepare(s)).iloc[0]
+    assert row["scale"] == 20 and row["reference scale"] == 10 and row["pairs"] == 3
+    assert row["shared ratio"] == pytest.approx((0.97 * 0.9 + 0.985 + 0.965 * 1.1) / (0.9 + 1.01 + 0.99 * 1.1))
+    assert row["shared within 1 +- 0.1"] == findings.HOLDS and row["shared hi95"] - row["shared lo95"] < 0.1
+    assert row["within 1 +- 0.1"] == findings.INCONCLUSIVE     # unpaired: the seeds' spread in both groups
