@@ -175,6 +175,25 @@ def test_summary_csv_lacking_a_metric_added_later_is_read_empty_and_others_are_r
         check_columns(metrics, ["b"], "s.csv")
 
 
+def test_every_kept_summary_is_read_by_its_familys_report():
+    """A metric added to a family that has runs kept under results/ needs ``since``:
+    every kept summary.csv passes its family's check_columns (the report's check) with
+    this version's metrics. Can fail: a new metric without ``since``."""
+    from testbed.metrics import check_columns
+    from testbed.results import config_family
+
+    root = Path(__file__).resolve().parents[2] / "results"
+    read = 0
+    for cfg in sorted(root.glob("**/config.json")):
+        summary = cfg.parent / "summary.csv"
+        if not summary.exists() or not summary.read_text().strip():
+            continue
+        family = families.load(config_family(json.loads(cfg.read_text())), "experiment.family", str(cfg))
+        check_columns(family.metrics, summary.read_text().split("\n", 1)[0].split(","), str(summary))
+        read += 1
+    assert read >= 10   # the E1, E4 and E5 runs kept in git
+
+
 # ---- congestion control: one selection ------------------------------------------------------
 def test_flow_families_select_profiles_with_their_parameter_and_host_overrides():
     e3 = definition.load("e3-demo")
