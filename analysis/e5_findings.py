@@ -684,9 +684,9 @@ def comparisons(summary: pd.DataFrame) -> pd.DataFrame:
 
 def paired_readings(summary: pd.DataFrame) -> dict[str, str]:
     """Per finding of F1, F2, F3 and F4d that has comparisons: its conjunction read
-    paired by seed, in words ("paired by seed: holds (10 of 10 comparisons hold)"), for
-    the findings' side column; {} without a seed column. Raises KeyError without
-    ``arch``, ``pacing`` or ``buffer``."""
+    paired by seed, in words ("paired by seed (second reading): holds, 10 of 10
+    comparisons hold"), for the findings' side column; {} without a seed column. Raises
+    KeyError without ``arch``, ``pacing`` or ``buffer``."""
     s = _prepared(summary)
     s = s[s[BUFFER_COL].notna()]
     if PAIR_KEY not in s:
