@@ -441,11 +441,12 @@ def analyse(summary: pd.DataFrame, config: dict, out: Path) -> tuple[list[Path],
         (f"Not exact / beyond the fidelity bound ({len(bad)} runs): occ_overflow or core_late > 0, xcp_exact = 0, "
          f"or lateness p99 > {FIDELITY_BOUND:g} x a frame's duration; hollow markers in the figures", bad),
     ]
-    pairs = comparisons(s)
-    if not pairs.empty:
-        tables.append((f"Comparisons of F1, F2, F3 and F4d ({len(pairs)}), two readings: as independent samples "
-                       "(verdict: the pre-registered rule) and paired by seed (paired_verdict: every point's "
-                       "repetition r has the same flows; a second reading, not the findings' verdict; "
+    parts = [t for t in (comparisons(s), e5_xcp_params.comparisons(sweeps)) if not t.empty]
+    if parts:
+        pairs = pd.concat(parts, ignore_index=True)
+        tables.append((f"Comparisons ({len(pairs)}: {', '.join(dict.fromkeys(pairs['id']))}), two readings: as "
+                       "independent samples (verdict: the pre-registered rule) and paired by seed (paired_verdict: "
+                       "every point's repetition r has the same flows; a second reading, not the findings' verdict; "
                        "analysis/e5_findings.py)", pairs))
     scales = scale_table(readable)
     if not scales.empty:

@@ -658,44 +658,54 @@ COMPARISON_COLUMNS = ["id", "where", "a", "b", "unit", "a_mean", "b_mean", "effe
                       "paired_hi95", "paired_verdict"]
 
 
+def comparison_rows(unpaired: Finding, paired: Finding) -> list[dict[str, object]]:
+    """One row (:data:`COMPARISON_COLUMNS`) per part of a conjunction read both ways:
+    ``unpaired`` and ``paired`` are one finding evaluated as independent samples and
+    paired by seed (the same parts in the same order)."""
+    out: list[dict[str, object]] = []
+    for u, p in zip(unpaired.parts, paired.parts):
+        out.append({"id": u.id, "where": u.where, "a": u.a.label if u.a else "", "b": u.b.label if u.b else "",
+                    "unit": u.unit, "a_mean": u.a.mean if u.a else math.nan, "b_mean": u.b.mean if u.b else math.nan,
+                    "effect": u.effect, "rule": u.rule, "n_a": u.a.n if u.a else 0, "n_b": u.b.n if u.b else 0,
+                    "estimate": u.estimate, "lo95": u.lo, "hi95": u.hi, "verdict": u.verdict,
+                    "pairs": p.a.n if p.a else 0, "paired_estimate": p.estimate, "paired_lo95": p.lo,
+                    "paired_hi95": p.hi,
+                    "paired_verdict": p.verdict if p.effect == u.effect else f"{p.verdict} ({p.effect})"})
+    return out
+
+
+def paired_reading(paired: Finding) -> str:
+    """A conjunction read paired by seed, in words for a findings' side column
+    ("paired by seed (second reading): holds, 10 of 10 comparisons hold"); "" when it
+    has no comparisons."""
+    if not paired.parts:
+        return ""
+    held = sum(p.verdict == HOLDS for p in paired.parts)
+    return f"paired by seed (second reading): {paired.verdict}, {held} of {len(paired.parts)} comparisons hold"
+
+
 def comparisons(summary: pd.DataFrame) -> pd.DataFrame:
     """Every comparison of F1, F2, F3 and F4d (the parts of their conjunctions), one row
-    each: the groups' means (display units), the pre-registered reading (``estimate``,
-    ``lo95``, ``hi95``, ``verdict``: independent samples) and the reading paired by
-    :data:`PAIR_KEY` (``pairs``: the seeds both points have; ``paired_*``; module
-    docstring). Empty without a seed column or without comparisons. Raises KeyError
-    without ``arch``, ``pacing`` or ``buffer``."""
+    each (:func:`comparison_rows`): the groups' means (display units), the pre-registered
+    reading (``estimate``, ``lo95``, ``hi95``, ``verdict``: independent samples) and the
+    reading paired by :data:`PAIR_KEY` (``pairs``: the seeds both points have;
+    ``paired_*``; module docstring). Empty without a seed column or without comparisons.
+    Raises KeyError without ``arch``, ``pacing`` or ``buffer``."""
     s = _prepared(summary)
     s = s[s[BUFFER_COL].notna()]
     out: list[dict[str, object]] = []
-    if PAIR_KEY not in s:
-        return pd.DataFrame(out, columns=COMPARISON_COLUMNS)
-    for finding in (f1, f2, f3, f4d):
-        for u, p in zip(finding(s).parts, finding(s, paired=True).parts):
-            out.append({"id": u.id, "where": u.where, "a": u.a.label if u.a else "", "b": u.b.label if u.b else "",
-                        "unit": u.unit, "a_mean": u.a.mean if u.a else math.nan,
-                        "b_mean": u.b.mean if u.b else math.nan, "effect": u.effect, "rule": u.rule,
-                        "n_a": u.a.n if u.a else 0, "n_b": u.b.n if u.b else 0, "estimate": u.estimate,
-                        "lo95": u.lo, "hi95": u.hi, "verdict": u.verdict, "pairs": p.a.n if p.a else 0,
-                        "paired_estimate": p.estimate, "paired_lo95": p.lo, "paired_hi95": p.hi,
-                        "paired_verdict": p.verdict if p.effect == u.effect else f"{p.verdict} ({p.effect})"})
+    if PAIR_KEY in s:
+        for finding in (f1, f2, f3, f4d):
+            out += comparison_rows(finding(s), finding(s, paired=True))
     return pd.DataFrame(out, columns=COMPARISON_COLUMNS)
 
 
 def paired_readings(summary: pd.DataFrame) -> dict[str, str]:
-    """Per finding of F1, F2, F3 and F4d that has comparisons: its conjunction read
-    paired by seed, in words ("paired by seed (second reading): holds, 10 of 10
-    comparisons hold"), for the findings' side column; {} without a seed column. Raises
-    KeyError without ``arch``, ``pacing`` or ``buffer``."""
+    """Per finding of F1, F2, F3 and F4d that has comparisons: :func:`paired_reading`;
+    {} without a seed column. Raises KeyError without ``arch``, ``pacing`` or ``buffer``."""
     s = _prepared(summary)
     s = s[s[BUFFER_COL].notna()]
     if PAIR_KEY not in s:
         return {}
-    out = {}
-    for finding in (f1, f2, f3, f4d):
-        f = finding(s, paired=True)
-        if not f.parts:
-            continue
-        held = sum(p.verdict == HOLDS for p in f.parts)
-        out[f.id] = f"paired by seed (second reading): {f.verdict}, {held} of {len(f.parts)} comparisons hold"
-    return out
+    readings = {f.id: paired_reading(f) for f in (g(s, paired=True) for g in (f1, f2, f3, f4d))}
+    return {k: v for k, v in readings.items() if v}

@@ -37,12 +37,19 @@ The paper's "relatively less sensitive to the gamma parameter" at 1 kB is shown 
 figures and the table (the goodput ratio between the gamma extremes beside P1's), not
 judged: "relatively" names no margin. Without the rows a claim needs it is "not
 measured", the reason naming the definition to run.
+
+A second reading of P1-P3, paired by seed (fixed 2026-11-30, before any run of the
+sweep; as ``analysis.e5_findings``'s of F1-F4d, not the verdict): every point's
+repetition r has the same flows, so the extremes' runs are also compared seed by seed
+(Fieller's interval for paired samples); the findings' side column gives it and the
+report's comparisons table lists each part in both readings.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
 import matplotlib
@@ -51,7 +58,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from analysis.e5_findings import (BUFFER_COL, DROPS, GOODPUT, KBPS, buffer_text, is_xcp, pacing_name,  # noqa: E402
+from analysis.e5_findings import (BUFFER_COL, COMPARISON_COLUMNS, DROPS, GOODPUT, KBPS, PAIR_KEY,  # noqa: E402
+                                  buffer_text, comparison_rows, is_xcp, pacing_name, pair_values, paired_reading,
                                   same_buffer)
 from analysis.findings import FAILS, HOLDS, INCONCLUSIVE, Finding, all_of, compare, not_measured  # noqa: E402
 from analysis.stats import mean_ci  # noqa: E402
@@ -182,10 +190,10 @@ def _at_buffer(sweep_list: list[pd.DataFrame], b: float) -> list[pd.DataFrame]:
 
 
 def _direction(fid: str, sweep_list: list[pd.DataFrame], b: float, column: str, vary: str, fixed: float,
-               reverse: bool) -> Finding:
+               reverse: bool, paired: bool = False) -> Finding:
     """``column`` at the extreme of ``vary`` (``_alpha`` / ``_gamma``) against the other
     extreme, the other parameter at ``fixed``: ratio > 1 (``reverse``: smallest over
-    largest)."""
+    largest); ``paired``: the runs paired by seed (``analysis.e5_findings.pair_values``)."""
     claim, paper = CLAIMS[fid]
     other = "_gamma" if vary == "_alpha" else "_alpha"
     parts = []
@@ -199,9 +207,10 @@ def _direction(fid: str, sweep_list: list[pd.DataFrame], b: float, column: str, 
         name = vary.strip("_")
         ga, gb = at[(at[vary] - first).abs() < 1e-9], at[(at[vary] - second).abs() < 1e-9]
         scale, unit = (KBPS, "kB/s") if column == GOODPUT else (1.0, "")
-        parts.append(compare(fid, claim, (f"{name} = {first:g}", _num(ga, column)),
-                             (f"{name} = {second:g}", _num(gb, column)), low=1.0, scale=scale, unit=unit,
-                             paper=paper, where=f"{_where(g)}, {other.strip('_')} = {fixed:g}"))
+        va, vb = pair_values(ga, gb, column, paired)
+        parts.append(compare(fid, claim, (f"{name} = {first:g}", va), (f"{name} = {second:g}", vb), low=1.0,
+                             scale=scale, unit=unit, paper=paper, where=f"{_where(g)}, {other.strip('_')} = {fixed:g}",
+                             paired=paired))
     return all_of(fid, claim, parts, f"{NEEDED}; at B = {buffer_text(b)} with {other.strip('_')} = {fixed:g} and "
                   f"two {vary.strip('_')} values", paper)
 
@@ -223,9 +232,32 @@ def p4(sweep_list: list[pd.DataFrame]) -> Finding:
                    reason=reason, estimate=float(drops.max()))
 
 
+def _directions(sweep_list: list[pd.DataFrame], paired: bool) -> list[Finding]:
+    """P1-P3, as independent samples or paired by seed."""
+    return [_direction("P1", sweep_list, SMALL_B, GOODPUT, "_alpha", REFERENCE_GAMMA, False, paired),
+            _direction("P2", sweep_list, SMALL_B, DROPS, "_alpha", REFERENCE_GAMMA, False, paired),
+            _direction("P3", sweep_list, LARGE_B, GOODPUT, "_gamma", REFERENCE_ALPHA, True, paired)]
+
+
 def evaluate(sweep_list: list[pd.DataFrame]) -> list[Finding]:
-    """P1-P4 (module docstring) on the sweeps of :func:`sweeps`."""
-    return [_direction("P1", sweep_list, SMALL_B, GOODPUT, "_alpha", REFERENCE_GAMMA, reverse=False),
-            _direction("P2", sweep_list, SMALL_B, DROPS, "_alpha", REFERENCE_GAMMA, reverse=False),
-            _direction("P3", sweep_list, LARGE_B, GOODPUT, "_gamma", REFERENCE_ALPHA, reverse=True),
-            p4(sweep_list)]
+    """P1-P4 (module docstring) on the sweeps of :func:`sweeps`; P1-P3's side column gives
+    their reading paired by seed (a second reading, not the verdict)."""
+    second = [paired_reading(f) for f in _directions(sweep_list, True)] if _seeded(sweep_list) else ["", "", ""]
+    found = [replace(f, side="; ".join(x for x in (f.side, extra) if x))
+             for f, extra in zip(_directions(sweep_list, False), second)]
+    return found + [p4(sweep_list)]
+
+
+def _seeded(sweep_list: list[pd.DataFrame]) -> bool:
+    return bool(sweep_list) and all(PAIR_KEY in g for g in sweep_list)
+
+
+def comparisons(sweep_list: list[pd.DataFrame]) -> pd.DataFrame:
+    """Every comparison of P1-P3 in both readings, as independent samples (their
+    verdicts) and paired by seed (``analysis.e5_findings.comparison_rows``); empty
+    without sweeps or a seed column."""
+    out: list[dict[str, object]] = []
+    if _seeded(sweep_list):
+        for u, p in zip(_directions(sweep_list, False), _directions(sweep_list, True)):
+            out += comparison_rows(u, p)
+    return pd.DataFrame(out, columns=COMPARISON_COLUMNS)

@@ -449,7 +449,7 @@ def test_comparisons_use_only_the_seeds_both_points_have():
 def test_the_report_lists_the_comparisons_in_both_readings(tmp_path):
     s = summary_of({("sb", "none"): {1500: 1.03e5}, ("ob", "none"): {1500: 1e5}}, reps=SEEDED)
     _, tables = e5.analyse(s, {}, tmp_path)
-    title, table = next((k, v) for k, v in tables if k.startswith("Comparisons of F1"))
+    title, table = next((k, v) for k, v in tables if k.startswith("Comparisons (1: F1)"))
     assert "paired by seed" in title and "not the findings' verdict" in title
     assert list(table["verdict"]) == [findings.INCONCLUSIVE] and list(table["paired_verdict"]) == [findings.HOLDS]
     found = pd.read_csv(tmp_path / "findings.csv").set_index("id")

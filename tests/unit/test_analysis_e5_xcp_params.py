@@ -97,4 +97,24 @@ def test_the_report_keeps_the_sweep_out_of_the_main_context(tmp_path):
     f = tables[-1][1]
     assert list(f[f["id"].str.startswith("P")]["verdict"]) == [findings.HOLDS] * 4
     assert f[f["id"] == "F1"]["verdict"].iloc[0] == findings.HOLDS
+    both = next(v for k, v in t.items() if k.startswith("Comparisons (4: F1, P1, P2, P3)"))
+    assert list(both["id"]) == ["F1", "P1", "P2", "P3"]
     assert size(1000) == "1 kB"
+
+
+def test_p1_to_p3_are_also_read_paired_by_seed():
+    """A small effect under the seed's +-10 % spread: inconclusive as independent samples,
+    holds paired by seed (in the side column and the comparisons table); the verdict
+    stays the pre-registered one."""
+    seeded = (0.9, 1.0, 1.1)
+    s = sweep(lambda b, a, g: 2e5 * (1 + 0.05 * a), lambda b, a, g: 0.01 * (1 + a), reps=seeded)
+    f = by_id(s)
+    assert f["P1"].verdict == findings.INCONCLUSIVE
+    assert f["P1"].side == "paired by seed (second reading): holds, 1 of 1 comparisons hold"
+    assert "paired by seed" not in f["P4"].side
+    c = e5_xcp_params.comparisons(e5_xcp_params.sweeps(prepare(s), e5.CONTEXT_PARAMS))
+    assert list(c["id"]) == ["P1", "P2", "P3"] and list(c["pairs"]) == [3, 3, 3]
+    p1 = c.iloc[0]
+    assert p1["verdict"] == findings.INCONCLUSIVE and p1["paired_verdict"] == findings.HOLDS
+    assert p1["paired_estimate"] == pytest.approx(1.03 / 1.005)
+    assert e5_xcp_params.comparisons([]).empty
