@@ -47,7 +47,6 @@ import math
 import re
 import textwrap
 from collections.abc import Iterable
-from dataclasses import replace
 from pathlib import Path
 
 import matplotlib
@@ -461,7 +460,7 @@ def analyse(summary: pd.DataFrame, config: dict, out: Path) -> tuple[list[Path],
     if not left_out.empty:
         tables.append((f"Rows left out of the figures and findings ({int(left_out['runs'].sum())} runs)", left_out))
     second = paired_readings(s)
-    found = [replace(f, side="; ".join(x for x in (f.side, second.get(f.id, "")) if x)) for f in evaluate(s)]
+    found = [findings.with_side(f, second.get(f.id, "")) for f in evaluate(s)]
     found += e5_xcp_params.evaluate(sweeps)
     table = findings.write(found, out, preamble=f"E5, {ctx}. Rules (pre-registered): analysis/e5_findings.py, "
                                                 f"docs/e5.md. The side column gives F1, F2, F3 and F4d also "

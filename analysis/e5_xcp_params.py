@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import replace
 from pathlib import Path
 
 import matplotlib
@@ -61,7 +60,8 @@ import pandas as pd  # noqa: E402
 from analysis.e5_findings import (BUFFER_COL, COMPARISON_COLUMNS, DROPS, GOODPUT, KBPS, PAIR_KEY,  # noqa: E402
                                   buffer_text, comparison_rows, is_xcp, pacing_name, pair_values, paired_reading,
                                   same_buffer)
-from analysis.findings import FAILS, HOLDS, INCONCLUSIVE, Finding, all_of, compare, not_measured  # noqa: E402
+from analysis.findings import (FAILS, HOLDS, INCONCLUSIVE, Finding, all_of, compare, not_measured,  # noqa: E402
+                               with_side)
 from analysis.stats import mean_ci  # noqa: E402
 
 #: the swept parameters (left out of a sweep's key)
@@ -243,8 +243,7 @@ def evaluate(sweep_list: list[pd.DataFrame]) -> list[Finding]:
     """P1-P4 (module docstring) on the sweeps of :func:`sweeps`; P1-P3's side column gives
     their reading paired by seed (a second reading, not the verdict)."""
     second = [paired_reading(f) for f in _directions(sweep_list, True)] if _seeded(sweep_list) else ["", "", ""]
-    found = [replace(f, side="; ".join(x for x in (f.side, extra) if x))
-             for f, extra in zip(_directions(sweep_list, False), second)]
+    found = [with_side(f, extra) for f, extra in zip(_directions(sweep_list, False), second)]
     return found + [p4(sweep_list)]
 
 

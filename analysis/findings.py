@@ -32,7 +32,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -362,6 +362,12 @@ def memory_clean(g: pd.DataFrame) -> pd.DataFrame:
         if col in g:
             keep &= ~(pd.to_numeric(g[col], errors="coerce") > 0)
     return g[keep]
+
+
+def with_side(f: Finding, text: str) -> Finding:
+    """``f`` with ``text`` appended to its side column ("; " between; ``f`` unchanged when
+    ``text`` is empty)."""
+    return replace(f, side="; ".join(x for x in (f.side, text) if x)) if text else f
 
 
 def not_measured(id: str, claim: str, needed: str, paper: str = "") -> Finding:
