@@ -34,9 +34,9 @@ bound, ``lateness_p99_over_tau`` > 0.05):
 Tables: the points (goodput mean and interval, median, drop rate, flows, fidelity,
 speed), the emulation's artefacts per point (retransmissions, spurious ones, losses
 detected by RTO vs duplicate ACKs; for XCP points the loop's lateness counters), the
-runs not exact or beyond the fidelity bound, every comparison of F1, F2, F3 and F4d read
-as independent samples (the verdicts' rule) and paired by seed (a second reading:
-``analysis.e5_findings.comparisons``), the scale check and the rows left out (when
+runs not exact or beyond the fidelity bound, every comparison of F1, F2, F3 and F4d (and
+of P1-P3 with sweeps) read as independent samples (the verdicts' rule) and paired by seed
+(a second reading: ``analysis.e5_findings.comparison_table``), the scale check and the rows left out (when
 there are any), and the findings last (``analysis.e5_findings``; also ``findings.csv`` /
 ``findings.md``).
 """
@@ -57,8 +57,9 @@ import pandas as pd  # noqa: E402
 
 from analysis import e5_xcp_params, findings  # noqa: E402
 from analysis.e5_findings import (BUFFER_COL, DROPS, FIDELITY_BOUND, GOODPUT, MSS_B, PAPER_RANGE,  # noqa: E402
-                                  arch_name, archs, buffers, comparisons, evaluate, exactness_faults, flagged,
-                                  not_exact, pacing_name, pacings, pair_values, paired_readings, prepare, rows)
+                                  arch_name, archs, buffers, comparison_table, evaluate, exactness_faults,
+                                  flagged, not_exact, pacing_name, pacings, pair_values, prepare, rows,
+                                  second_reading, with_second)
 from analysis.stats import mean_ci  # noqa: E402
 
 LEVEL = findings.LEVEL
@@ -422,8 +423,10 @@ def analyse(summary: pd.DataFrame, config: dict, out: Path) -> tuple[list[Path],
     them with the tables, the findings table last (titled ``findings.TITLE``, also
     ``out/findings.csv`` and ``out/findings.md``). Figures, point tables and findings F1-F4
     use the main context (:func:`main_context`) of the rows outside XCP parameter sweeps;
-    the sweeps (``analysis.e5_xcp_params``: figures, table, P1-P4) have their own. Raises KeyError when the summary lacks
-    ``arch``, ``pacing`` or ``buffer``; OSError when ``out`` is not writable."""
+    the sweeps (``analysis.e5_xcp_params``: figures, table, P1-P4) have their own. Each
+    finding is evaluated once per reading (the verdicts; the second reading, paired by
+    seed). Raises KeyError when the summary lacks ``arch``, ``pacing`` or ``buffer``;
+    OSError when ``out`` is not writable."""
     prepared = prepare(summary)
     readable = prepared[prepared[BUFFER_COL].notna()]
     sweeps = e5_xcp_params.sweeps(readable, CONTEXT_PARAMS)
@@ -440,9 +443,12 @@ def analyse(summary: pd.DataFrame, config: dict, out: Path) -> tuple[list[Path],
         (f"Not exact / beyond the fidelity bound ({len(bad)} runs): occ_overflow or core_late > 0, xcp_exact = 0, "
          f"or lateness p99 > {FIDELITY_BOUND:g} x a frame's duration; hollow markers in the figures", bad),
     ]
-    parts = [t for t in (comparisons(s), e5_xcp_params.comparisons(sweeps)) if not t.empty]
-    if parts:
-        pairs = pd.concat(parts, ignore_index=True)
+    # each finding is evaluated once per reading: the verdicts (pre-registered) and the
+    # second reading paired by seed, which the comparisons table and the side column share
+    verdicts = evaluate(s) + e5_xcp_params.evaluate(sweeps)
+    second = second_reading(s) + e5_xcp_params.second_reading(sweeps)
+    pairs = comparison_table(verdicts, second)
+    if not pairs.empty:
         tables.append((f"Comparisons ({len(pairs)}: {', '.join(dict.fromkeys(pairs['id']))}), two readings: as "
                        "independent samples (verdict: the pre-registered rule) and paired by seed (paired_verdict: "
                        "every point's repetition r has the same flows; a second reading, not the findings' verdict; "
@@ -459,12 +465,10 @@ def analyse(summary: pd.DataFrame, config: dict, out: Path) -> tuple[list[Path],
     left_out = left_out_table(left, prepared[prepared[BUFFER_COL].isna()])
     if not left_out.empty:
         tables.append((f"Rows left out of the figures and findings ({int(left_out['runs'].sum())} runs)", left_out))
-    second = paired_readings(s)
-    found = [findings.with_side(f, second.get(f.id, "")) for f in evaluate(s)]
-    found += e5_xcp_params.evaluate(sweeps)
-    table = findings.write(found, out, preamble=f"E5, {ctx}. Rules (pre-registered): analysis/e5_findings.py, "
-                                                f"docs/e5.md. The side column gives F1, F2, F3 and F4d also "
-                                                f"read paired by seed (a second reading, not the verdict; each "
-                                                f"comparison: the report's 'Comparisons' table).")
+    preamble = f"E5, {ctx}. Rules (pre-registered): analysis/e5_findings.py, docs/e5.md."
+    if second:
+        preamble += (f" The side column gives {', '.join(f.id for f in second)} also read paired by seed (a second "
+                     f"reading, not the verdict; each comparison: the report's 'Comparisons' table).")
+    table = findings.write(with_second(verdicts, second), out, preamble=preamble)
     tables.append((f"{findings.TITLE}, {ctx}", table))
     return figs, tables

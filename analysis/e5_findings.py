@@ -122,7 +122,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from analysis.findings import (FAILS, HOLDS, INCONCLUSIVE, MARGIN, NOT_MEASURED, Finding, Group, all_of,
-                               compare)
+                               compare, with_side)
 from testbed.units import Dim, Quantity, UnitError, format_si
 
 #: 1 MSS in the paper: a 1500 B IP datagram (the family's IP_PACKET)
@@ -684,28 +684,41 @@ def paired_reading(paired: Finding) -> str:
     return f"paired by seed (second reading): {paired.verdict}, {held} of {len(paired.parts)} comparisons hold"
 
 
-def comparisons(summary: pd.DataFrame) -> pd.DataFrame:
-    """Every comparison of F1, F2, F3 and F4d (the parts of their conjunctions), one row
-    each (:func:`comparison_rows`): the groups' means (display units), the pre-registered
-    reading (``estimate``, ``lo95``, ``hi95``, ``verdict``: independent samples) and the
-    reading paired by :data:`PAIR_KEY` (``pairs``: the seeds both points have;
-    ``paired_*``; module docstring). Empty without a seed column or without comparisons.
-    Raises KeyError without ``arch``, ``pacing`` or ``buffer``."""
-    s = _prepared(summary)
-    s = s[s[BUFFER_COL].notna()]
+def comparison_table(verdicts: Iterable[Finding], second: Iterable[Finding]) -> pd.DataFrame:
+    """Every comparison of the findings in ``second`` (their second reading, paired by
+    seed) beside the same comparison in ``verdicts`` (the pre-registered reading, which
+    holds every id of ``second``), one row each (:func:`comparison_rows`). Raises
+    KeyError when a finding of ``second`` has no verdict."""
+    by_id = {f.id: f for f in verdicts}
     out: list[dict[str, object]] = []
-    if PAIR_KEY in s:
-        for finding in (f1, f2, f3, f4d):
-            out += comparison_rows(finding(s), finding(s, paired=True))
+    for p in second:
+        out += comparison_rows(by_id[p.id], p)
     return pd.DataFrame(out, columns=COMPARISON_COLUMNS)
 
 
-def paired_readings(summary: pd.DataFrame) -> dict[str, str]:
-    """Per finding of F1, F2, F3 and F4d that has comparisons: :func:`paired_reading`;
-    {} without a seed column. Raises KeyError without ``arch``, ``pacing`` or ``buffer``."""
+def with_second(verdicts: Iterable[Finding], second: Iterable[Finding]) -> list[Finding]:
+    """``verdicts`` with each one's second reading (the finding of ``second`` with its
+    id, :func:`paired_reading`) appended to its side column; the verdicts unchanged."""
+    side = {f.id: paired_reading(f) for f in second}
+    return [with_side(f, side.get(f.id, "")) for f in verdicts]
+
+
+def second_reading(summary: pd.DataFrame) -> list[Finding]:
+    """F1, F2, F3 and F4d paired by :data:`PAIR_KEY` (module docstring; not the
+    verdicts); [] without a seed column. Raises KeyError without ``arch``, ``pacing`` or
+    ``buffer``."""
     s = _prepared(summary)
     s = s[s[BUFFER_COL].notna()]
     if PAIR_KEY not in s:
-        return {}
-    readings = {f.id: paired_reading(f) for f in (g(s, paired=True) for g in (f1, f2, f3, f4d))}
-    return {k: v for k, v in readings.items() if v}
+        return []
+    return [f1(s, paired=True), f2(s, paired=True), f3(s, paired=True), f4d(s, paired=True)]
+
+
+def comparisons(summary: pd.DataFrame) -> pd.DataFrame:
+    """Every comparison of F1, F2, F3 and F4d in both readings (:func:`comparison_table`
+    of :func:`evaluate` and :func:`second_reading`): the groups' means (display units),
+    the pre-registered reading (``estimate``, ``lo95``, ``hi95``, ``verdict``:
+    independent samples) and the reading paired by :data:`PAIR_KEY` (``pairs``: the
+    seeds both points have; ``paired_*``). Empty without a seed column or without
+    comparisons. Raises KeyError without ``arch``, ``pacing`` or ``buffer``."""
+    return comparison_table(evaluate(summary), second_reading(summary))

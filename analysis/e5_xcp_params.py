@@ -57,11 +57,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from analysis.e5_findings import (BUFFER_COL, COMPARISON_COLUMNS, DROPS, GOODPUT, KBPS, PAIR_KEY,  # noqa: E402
-                                  buffer_text, comparison_rows, is_xcp, pacing_name, pair_values, paired_reading,
-                                  same_buffer)
-from analysis.findings import (FAILS, HOLDS, INCONCLUSIVE, Finding, all_of, compare, not_measured,  # noqa: E402
-                               with_side)
+from analysis.e5_findings import (BUFFER_COL, DROPS, GOODPUT, KBPS, PAIR_KEY, buffer_text,  # noqa: E402
+                                  comparison_table, is_xcp, pacing_name, pair_values, same_buffer)
+from analysis.findings import FAILS, HOLDS, INCONCLUSIVE, Finding, all_of, compare, not_measured  # noqa: E402
 from analysis.stats import mean_ci  # noqa: E402
 
 #: the swept parameters (left out of a sweep's key)
@@ -240,23 +238,23 @@ def _directions(sweep_list: list[pd.DataFrame], paired: bool) -> list[Finding]:
 
 
 def evaluate(sweep_list: list[pd.DataFrame]) -> list[Finding]:
-    """P1-P4 (module docstring) on the sweeps of :func:`sweeps`; P1-P3's side column gives
-    their reading paired by seed (a second reading, not the verdict)."""
-    second = [paired_reading(f) for f in _directions(sweep_list, True)] if _seeded(sweep_list) else ["", "", ""]
-    found = [with_side(f, extra) for f, extra in zip(_directions(sweep_list, False), second)]
-    return found + [p4(sweep_list)]
+    """P1-P4 (module docstring) on the sweeps of :func:`sweeps`: the verdicts
+    (independent samples; :func:`second_reading` reads P1-P3 paired by seed)."""
+    return _directions(sweep_list, False) + [p4(sweep_list)]
 
 
 def _seeded(sweep_list: list[pd.DataFrame]) -> bool:
     return bool(sweep_list) and all(PAIR_KEY in g for g in sweep_list)
 
 
+def second_reading(sweep_list: list[pd.DataFrame]) -> list[Finding]:
+    """P1-P3 paired by seed (a second reading, not the verdicts); [] without sweeps or
+    a seed column."""
+    return _directions(sweep_list, True) if _seeded(sweep_list) else []
+
+
 def comparisons(sweep_list: list[pd.DataFrame]) -> pd.DataFrame:
     """Every comparison of P1-P3 in both readings, as independent samples (their
-    verdicts) and paired by seed (``analysis.e5_findings.comparison_rows``); empty
+    verdicts) and paired by seed (``analysis.e5_findings.comparison_table``); empty
     without sweeps or a seed column."""
-    out: list[dict[str, object]] = []
-    if _seeded(sweep_list):
-        for u, p in zip(_directions(sweep_list, False), _directions(sweep_list, True)):
-            out += comparison_rows(u, p)
-    return pd.DataFrame(out, columns=COMPARISON_COLUMNS)
+    return comparison_table(evaluate(sweep_list), second_reading(sweep_list))

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from analysis import e5, e5_xcp_params, findings
-from analysis.e5_findings import prepare
+from analysis.e5_findings import prepare, with_second
 from tests.unit.test_analysis_e5 import TIGHT, run_rows, size
 
 ALPHAS = (0.1, 0.4, 0.6)
@@ -108,11 +108,14 @@ def test_p1_to_p3_are_also_read_paired_by_seed():
     stays the pre-registered one."""
     seeded = (0.9, 1.0, 1.1)
     s = sweep(lambda b, a, g: 2e5 * (1 + 0.05 * a), lambda b, a, g: 0.01 * (1 + a), reps=seeded)
-    f = by_id(s)
+    sw = e5_xcp_params.sweeps(prepare(s), e5.CONTEXT_PARAMS)
+    f = {x.id: x for x in with_second(e5_xcp_params.evaluate(sw), e5_xcp_params.second_reading(sw))}
     assert f["P1"].verdict == findings.INCONCLUSIVE
     assert f["P1"].side == "paired by seed (second reading): holds, 1 of 1 comparisons hold"
     assert "paired by seed" not in f["P4"].side
-    c = e5_xcp_params.comparisons(e5_xcp_params.sweeps(prepare(s), e5.CONTEXT_PARAMS))
+    assert [x.id for x in e5_xcp_params.second_reading(sw)] == ["P1", "P2", "P3"]
+    assert e5_xcp_params.second_reading(e5_xcp_params.sweeps(prepare(s.drop(columns="seed")), e5.CONTEXT_PARAMS)) == []
+    c = e5_xcp_params.comparisons(sw)
     assert list(c["id"]) == ["P1", "P2", "P3"] and list(c["pairs"]) == [3, 3, 3]
     p1 = c.iloc[0]
     assert p1["verdict"] == findings.INCONCLUSIVE and p1["paired_verdict"] == findings.HOLDS
