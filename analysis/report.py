@@ -83,6 +83,80 @@ def combine(runs: list[Path], out: Path) -> Path:
     return generate(out)
 
 
+#: the columns of :func:`environments`
+ENVIRONMENT_COLUMNS = ["run", "run_id", "created", "points", "place", "accel", "clock", "kernel", "machine", "git"]
+
+
+def _kernel(where: dict) -> str:
+    return " ".join(str(where[k]) for k in ("kernel", "kernel_version") if where.get(k)) or "?"
+
+
+def _machine(where: dict) -> str:
+    """The machine's CPU model and count (``where.host``, manifests since 2026-12-01);
+    "?" for older manifests. In a guest under TCG ``where.cpus`` is the guest's vCPUs."""
+    host = where.get("host")
+    if not isinstance(host, dict):
+        return "?"
+    return f"{host.get('cpu_model') or '?'} x {host.get('cpus', '?')}"
+
+
+def environments(results: Path) -> pd.DataFrame:
+    """Where a results folder's complete points ran: one row per invocation (a resumed
+    run has several, one manifest each: ``RunStore.manifests``) with the number of
+    complete points whose status.json names its run_id, its place, guest accelerator and
+    clock, kernel (release and build), machine (:func:`_machine`) and git sha. Points
+    whose run_id has no manifest get a row with "?" (never attributed to another). For a
+    combined report (:func:`combine`), the rows of each source folder (``run``: its name);
+    empty when nothing is readable."""
+    folders = source_folders(results) or {"": results}
+    rows: list[dict[str, object]] = []
+    for name, folder in folders.items():
+        counts: dict[str, int] = {}
+        for st in sorted((folder / "points").glob("p[0-9]*/status.json")):
+            try:
+                s = json.loads(st.read_text())
+            except (OSError, ValueError):
+                continue
+            if s.get("state") == "complete":
+                rid = str(s.get("run_id") or "?")
+                counts[rid] = counts.get(rid, 0) + 1
+        try:
+            manifests = RunStore(folder).manifests()
+        except (OSError, ValueError):
+            manifests = []
+        for m in manifests:
+            w = m.get("where", {}) or {}
+            rows.append({"run": name, "run_id": m.get("run_id", "?"), "created": m.get("created", "?"),
+                         "points": counts.pop(str(m.get("run_id")), 0), "place": w.get("place", "?"),
+                         "accel": w.get("guest_accel") or "-", "clock": w.get("clock") or "-",
+                         "kernel": _kernel(w), "machine": _machine(w),
+                         "git": str(m.get("git", {}).get("sha", "?"))[:12]})
+        rows += [{"run": name, "run_id": rid, "created": "?", "points": n, "place": "?", "accel": "?",
+                  "clock": "?", "kernel": "?", "machine": "?", "git": "?"} for rid, n in counts.items()]
+    return pd.DataFrame(rows, columns=ENVIRONMENT_COLUMNS)
+
+
+def environments_note(env: pd.DataFrame) -> str:
+    """What a reader of wall times and of differences between points must know: the
+    complete points ran on more than one kernel build or machine, or on machines not
+    recorded ("?"); "" when they all ran on one recorded kernel and machine."""
+    used = env[env["points"] > 0]
+    total = int(used["points"].sum())
+    out = []
+    kernels = used.loc[used["kernel"] != "?", "kernel"].nunique()
+    machines = used.loc[used["machine"] != "?", "machine"].nunique()
+    several = [f"{n} {what}s" for n, what in ((kernels, "kernel build"), (machines, "machine")) if n > 1]
+    if several:
+        out.append(f"The points ran on {' and '.join(several)}: differences between points may include theirs, "
+                   f"and wall times and speeds are per machine.")
+    for column, what in (("kernel", "kernel"), ("machine", "machine")):
+        unknown = int(used.loc[used[column] == "?", "points"].sum())
+        if unknown:
+            out.append(f"The {what} of {unknown} of {total} points is not recorded"
+                       + (" (manifests before 2026-12-01)." if what == "machine" else "."))
+    return " ".join(out)
+
+
 def _shas(results: Path) -> str:
     """The commits that ran the run's points (several when it was resumed), short."""
     shas = [str(m.get("git", {}).get("sha", "?"))[:12] for m in RunStore(results).manifests()]
@@ -131,6 +205,13 @@ def generate(results: Path) -> Path:
              f"{e(_shas(results))}</p>",
              "<p><a href='../config.json'>config.json</a> · <a href='../manifest.json'>manifest.json</a> · "
              "<a href='../summary.csv'>summary.csv</a> · <a href='../logs/run.log'>run log</a></p>"]
+    env = environments(results)
+    if not env.empty:
+        env.to_csv(out / "environments.csv", index=False)
+        note = environments_note(env)
+        parts.append("<h2>Where the points ran</h2><p><a href='environments.csv'>CSV</a>"
+                     + (f" · <strong>{e(note)}</strong>" if note else "") + "</p>")
+        parts.append(env.drop(columns=[] if env["run"].any() else ["run"]).to_html(index=False))
     # the findings first (verdict per claim of the paper), then the figures, then the other tables
     for i, (title, table) in enumerate(tables):
         if findings_mod.is_findings(title, table):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import platform
 import re
@@ -88,14 +89,49 @@ def sysctls() -> dict[str, str]:
     return out
 
 
+#: the host's own facts (:func:`host_facts`, JSON) as the host read them when it launched
+#: the guest (set by testbed.vm): under TCG the guest sees QEMU's CPU model, not the
+#: machine's, and the speed of an emulated run depends on the machine
+HOST_ENV = "TESTBED_HOST"
+
+
+def cpu_model(cpuinfo: str) -> str | None:
+    """The first ``model name`` of a /proc/cpuinfo text; None without one."""
+    m = re.search(r"^model name\s*:\s*(.+?)\s*$", cpuinfo, re.MULTILINE)
+    return m.group(1) if m else None
+
+
+def host_facts() -> dict[str, Any]:
+    """This machine's CPU model (/proc/cpuinfo; None when unreadable), logical CPUs and
+    kernel (release and build)."""
+    try:
+        model = cpu_model(Path("/proc/cpuinfo").read_text())
+    except OSError:
+        model = None
+    return {"cpu_model": model, "cpus": os.cpu_count(), "kernel": platform.release(),
+            "kernel_version": platform.version()}
+
+
+def _host_from_env(value: str) -> dict[str, Any] | None:
+    try:
+        facts = json.loads(value)
+    except ValueError:
+        return None
+    return facts if isinstance(facts, dict) else None
+
+
 def where() -> dict[str, Any]:
+    """Where the run runs: place (host or guest), the guest's accelerator and clock, this
+    kernel, boot id, CPUs, and ``host``: the machine's facts (:func:`host_facts`; in a
+    guest the host's reading at launch, :data:`HOST_ENV`, None when it is missing)."""
     in_guest = os.environ.get("TESTBED_IN_GUEST") == "1"
     return {"place": "guest" if in_guest else "host",
             "guest_accel": os.environ.get("TESTBED_GUEST_ACCEL") if in_guest else None,
             # what drove the clock every time in this run was measured with
             "clock": hostclock.guest_clock(),
             "kernel": platform.release(), "kernel_version": platform.version(),
-            "boot_id": cmd.boot_id(), "cpus": os.cpu_count(), "hostname": platform.node()}
+            "boot_id": cmd.boot_id(), "cpus": os.cpu_count(), "hostname": platform.node(),
+            "host": _host_from_env(os.environ.get(HOST_ENV, "")) if in_guest else host_facts()}
 
 
 def congestion_control(defn: Any, host_names: list[str] | None = None,

@@ -108,10 +108,13 @@ class RunStore:
         write_json(path, manifest)
 
     def manifests(self) -> list[dict[str, Any]]:
-        """Every manifest of the run, the earliest first (resumed runs have several)."""
-        old = sorted((self.root / "logs").glob("manifest-*.json"), key=lambda p: p.stat().st_mtime)
-        paths = old + ([self.root / "manifest.json"] if (self.root / "manifest.json").exists() else [])
-        return [json.loads(p.read_text()) for p in paths]
+        """Every manifest of the run, the earliest first (resumed runs have several): the
+        kept ones by their ``created`` time (not the files' times, which a clone resets),
+        the current one last. Raises OSError or ValueError for an unreadable one."""
+        old = [json.loads(p.read_text()) for p in sorted((self.root / "logs").glob("manifest-*.json"))]
+        old.sort(key=lambda m: str(m.get("created") or ""))
+        current = self.root / "manifest.json"
+        return old + ([json.loads(current.read_text())] if current.exists() else [])
 
     @classmethod
     def open(cls, root: Path, defn: Definition, metrics: tuple[Metric, ...] = ()) -> "RunStore":

@@ -11,6 +11,7 @@ whose parent was SIGKILLed.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
@@ -23,7 +24,7 @@ from pathlib import Path
 from testbed import cmd, process
 from testbed.errors import GuestError, UsageError
 from testbed.ledger import Entry, Ledger, ledger_dir, register
-from testbed.manifest import GIT_ENV, git_env, git_info
+from testbed.manifest import GIT_ENV, HOST_ENV, git_env, git_info, host_facts
 
 REPO = Path(__file__).resolve().parent.parent
 INIT = Path(__file__).resolve().parent / "guest-init.sh"
@@ -174,14 +175,16 @@ def guest_script(argv: list[str], cfg: GuestConfig, rw_dirs: list[Path], use_kvm
     """The text of a guest's command file, which guest-init.sh sources first (POSIX sh):
     the environment guest-init.sh and the command need, then ``argv`` as its positional
     parameters. ``git``: the checkout's git state for the guest's manifests
-    (testbed.manifest.GIT_ENV). The command travels in a file, not on the kernel's
-    command line: that line holds 2 047 bytes on x86 and virtme-ng puts the command
+    (testbed.manifest.GIT_ENV); the machine's own facts go with it for the same
+    manifests (testbed.manifest.HOST_ENV). The command travels in a file, not on the
+    kernel's command line: that line holds 2 047 bytes on x86 and virtme-ng puts the command
     there in base64; a longer line is cut, ``init=`` (virtme-ng's last argument) with it,
     and the guest hangs instead of failing (found 2026-11-29, docs/environment.md)."""
     env = {"OT_GUEST_CWD": os.getcwd(), "OT_RW_DIRS": ":".join(shared_dirs(rw_dirs)),
            "TESTBED_GUEST_ACCEL": "kvm" if use_kvm else "tcg",
            "TESTBED_GUEST_CLOCK": clock_label(cfg, use_kvm),
            "OT_CACHED_DIRS": ":".join(cached_dirs()) if cfg.cache else "",
+           HOST_ENV: json.dumps(host_facts(), sort_keys=True),
            **({GIT_ENV: git} if git else {})}
     lines = ["# testbed.vm: one guest's command, written by the host, sourced by guest-init.sh",
              *(f"export {k}={shlex.quote(v)}" for k, v in env.items()),

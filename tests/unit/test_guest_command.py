@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 
 from testbed import vm
-from testbed.manifest import GIT_ENV
+from testbed import manifest
+from testbed.manifest import GIT_ENV, HOST_ENV
 
 KERNEL = Path("/boot/vmlinuz-test")
-ENV_KEYS = ("OT_GUEST_CWD", "OT_RW_DIRS", "TESTBED_GUEST_ACCEL", "TESTBED_GUEST_CLOCK", "OT_CACHED_DIRS", GIT_ENV)
+ENV_KEYS = ("OT_GUEST_CWD", "OT_RW_DIRS", "TESTBED_GUEST_ACCEL", "TESTBED_GUEST_CLOCK", "OT_CACHED_DIRS", GIT_ENV,
+            HOST_ENV)
 
 
 def _sourced(script: str, tmp_path: Path) -> tuple[list[str], dict[str, str]]:
@@ -46,6 +48,16 @@ def test_a_long_awkward_command_comes_back_exactly(tmp_path):
     assert env["OT_RW_DIRS"] == ":".join(sorted({str(vm.REPO), str(rw[0].resolve())}))
     assert env["TESTBED_GUEST_ACCEL"] == "tcg" and env["TESTBED_GUEST_CLOCK"].startswith("icount:")
     assert env[GIT_ENV] == f"{sha}:1" and env["OT_CACHED_DIRS"] == ":".join(vm.cached_dirs())
+
+
+def test_the_guests_manifest_names_the_machine(tmp_path, monkeypatch):
+    """Under TCG the guest sees QEMU's CPU, not the machine's: the command file carries
+    the host's facts, and the guest's manifest records exactly what the host read."""
+    _, env = _sourced(vm.guest_script(["true"], vm.GuestConfig(kernel=KERNEL), [], use_kvm=False), tmp_path)
+    monkeypatch.setenv("TESTBED_IN_GUEST", "1")
+    monkeypatch.setenv(HOST_ENV, env[HOST_ENV])
+    host = manifest.where()["host"]
+    assert host == manifest.host_facts() and host["cpus"] >= 1 and host["kernel"]
 
 
 def test_the_kernel_command_line_carries_only_the_files_name(tmp_path):

@@ -1,4 +1,5 @@
-"""The manifest's git record: a commit and a dirty flag, or an honest 'unknown'."""
+"""The manifest's git record: a commit and a dirty flag, or an honest 'unknown'; the
+machine's facts beside it."""
 
 import re
 
@@ -37,3 +38,24 @@ def test_the_guest_command_carries_the_hosts_reading():
     with_git = vm.guest_script(["true"], cfg, [], use_kvm=False, git=f"{sha}:0")
     assert f"export {manifest.GIT_ENV}={sha}:0\n" in with_git
     assert manifest.GIT_ENV not in vm.guest_script(["true"], cfg, [], use_kvm=False)
+
+
+def test_the_cpu_model_is_the_first_model_name_or_none():
+    text = "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor  \nflags\t: fpu\n\nmodel name\t: other\n"
+    assert manifest.cpu_model(text) == "Intel(R) Xeon(R) Processor"
+    assert manifest.cpu_model("processor\t: 0\nCPU part\t: 0xd0c\n") is None   # e.g. arm64's cpuinfo
+
+
+def test_a_guest_without_the_hosts_facts_records_none_not_its_own(monkeypatch):
+    """In a guest the machine's facts come only from the host (TCG shows QEMU's CPU): a
+    missing or malformed value is recorded as unknown (None), never replaced by the
+    guest's view; on the host they are read directly."""
+    monkeypatch.setenv("TESTBED_IN_GUEST", "1")
+    for bad in (None, "", "not json", "[1, 2]"):
+        if bad is None:
+            monkeypatch.delenv(manifest.HOST_ENV, raising=False)
+        else:
+            monkeypatch.setenv(manifest.HOST_ENV, bad)
+        assert manifest.where()["host"] is None, bad
+    monkeypatch.delenv("TESTBED_IN_GUEST")
+    assert manifest.where()["host"] == manifest.host_facts()
