@@ -36,9 +36,9 @@ speed), the emulation's artefacts per point (retransmissions, spurious ones, los
 detected by RTO vs duplicate ACKs; for XCP points the loop's lateness counters), the
 runs not exact or beyond the fidelity bound, every comparison of F1, F2, F3 and F4d (and
 of P1-P3 with sweeps) read as independent samples (the verdicts' rule) and paired by seed
-(a second reading: ``analysis.e5_findings.comparison_table``), the scale check and the rows left out (when
-there are any), and the findings last (``analysis.e5_findings``; also ``findings.csv`` /
-``findings.md``).
+(a second reading: ``analysis.e5_findings.comparison_table``), the scale check and the
+rows left out (when there are any), and the findings last (``analysis.e5_findings``; also
+``findings.csv`` / ``findings.md``).
 """
 
 from __future__ import annotations

@@ -138,8 +138,8 @@ def environments(results: Path) -> pd.DataFrame:
 
 def environments_note(env: pd.DataFrame) -> str:
     """What a reader of wall times and of differences between points must know: the
-    complete points ran on more than one kernel build or machine, or on machines not
-    recorded ("?"); "" when they all ran on one recorded kernel and machine."""
+    complete points ran on more than one kernel build or machine, or on ones not recorded
+    ("?"); "" when they all ran on one recorded kernel and machine."""
     used = env[env["points"] > 0]
     total = int(used["points"].sum())
     out = []
