@@ -157,9 +157,12 @@ def environments_note(env: pd.DataFrame) -> str:
     return " ".join(out)
 
 
-def _shas(results: Path) -> str:
-    """The commits that ran the run's points (several when it was resumed), short."""
-    shas = [str(m.get("git", {}).get("sha", "?"))[:12] for m in RunStore(results).manifests()]
+def _shas(results: Path, env: pd.DataFrame | None = None) -> str:
+    """The commits that ran the run's points (several when it was resumed; for a combined
+    report, its sources'), short: the ``git`` column of :func:`environments` (``env``
+    when already read)."""
+    env = environments(results) if env is None else env
+    shas = [g for g in env["git"] if g != "?"]
     return ", ".join(dict.fromkeys(shas)) or "?"
 
 
@@ -192,6 +195,7 @@ def generate(results: Path) -> Path:
         s = json.loads(st.read_text())
         statuses.append((st.parent.name, s.get("label", ""), s["state"], s.get("error") or ""))
     pcaps = sorted((results / "pcap").glob("*.pcap")) if (results / "pcap").is_dir() else []
+    env = environments(results)
     e = html.escape
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(config['experiment']['name'])}</title>",
              "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse}"
@@ -202,10 +206,9 @@ def generate(results: Path) -> Path:
              f"{config['run']['tdf']} (all values in paper units) · ran on "
              f"{e(str(manifest.get('where', {}).get('place', '?')))} kernel "
              f"{e(str(manifest.get('where', {}).get('kernel', '?')))} · git "
-             f"{e(_shas(results))}</p>",
+             f"{e(_shas(results, env))}</p>",
              "<p><a href='../config.json'>config.json</a> · <a href='../manifest.json'>manifest.json</a> · "
              "<a href='../summary.csv'>summary.csv</a> · <a href='../logs/run.log'>run log</a></p>"]
-    env = environments(results)
     if not env.empty:
         env.to_csv(out / "environments.csv", index=False)
         note = environments_note(env)

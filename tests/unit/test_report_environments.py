@@ -88,3 +88,4 @@ def test_a_combined_report_lists_each_source_folders_invocations(tmp_path):
     assert list(env["run"]) == ["A"] * 4 + ["B"] and list(env["points"]) == [2, 1, 3, 1, 1]
     html = index.read_text()
     assert "Where the points ran" in html and "The points ran on 3 kernel builds:" in html
+    assert "· git aaaaaaaaaaaa</p>" in html   # the header names the sources' commits (it said "?")
