@@ -34,7 +34,9 @@ bound, ``lateness_p99_over_tau`` > 0.05):
 Tables: the points (goodput mean and interval, median, drop rate, flows, fidelity,
 speed), the emulation's artefacts per point (retransmissions, spurious ones, losses
 detected by RTO vs duplicate ACKs; for XCP points the loop's lateness counters), the
-runs not exact or beyond the fidelity bound, every comparison of F1, F2, F3 and F4d (and
+runs not exact or beyond the fidelity bound, for XCP points how often the edge pacers
+held their macroflows back in the window (``analysis.e5_pacers``; it reads each run's
+``xcp_rates.csv``, ``xcp.json`` and ``traffic/stats-h*.json``), every comparison of F1, F2, F3 and F4d (and
 of P1-P3 with sweeps) read as independent samples (the verdicts' rule) and paired by seed
 (a second reading: ``analysis.e5_findings.comparison_table``), the scale check and the
 rows left out (when there are any), and the findings last (``analysis.e5_findings``; also
@@ -55,7 +57,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from analysis import e5_xcp_params, findings  # noqa: E402
+from analysis import e5_pacers, e5_xcp_params, findings  # noqa: E402
 from analysis.e5_findings import (BUFFER_COL, DROPS, FIDELITY_BOUND, GOODPUT, MSS_B, PAPER_RANGE,  # noqa: E402
                                   arch_name, archs, buffers, comparison_table, evaluate, exactness_faults,
                                   flagged, not_exact, pacing_name, pacings, pair_values, prepare, rows,
@@ -419,7 +421,8 @@ def left_out_table(left: pd.DataFrame, unreadable: pd.DataFrame) -> pd.DataFrame
 # ---- entry -----------------------------------------------------------------------------
 
 def analyse(summary: pd.DataFrame, config: dict, out: Path) -> tuple[list[Path], list[tuple[str, pd.DataFrame]]]:
-    """Draw the goodput and drop-rate figures into ``out`` (the report folder) and return
+    """Draw the goodput and drop-rate figures into ``out`` (the report folder; the results
+    folder, whose points' files the XCP pacer table reads, is ``out.parent``) and return
     them with the tables, the findings table last (titled ``findings.TITLE``, also
     ``out/findings.csv`` and ``out/findings.md``). Figures, point tables and findings F1-F4
     use the main context (:func:`main_context`) of the rows outside XCP parameter sweeps;
@@ -443,6 +446,14 @@ def analyse(summary: pd.DataFrame, config: dict, out: Path) -> tuple[list[Path],
         (f"Not exact / beyond the fidelity bound ({len(bad)} runs): occ_overflow or core_late > 0, xcp_exact = 0, "
          f"or lateness p99 > {FIDELITY_BOUND:g} x a frame's duration; hollow markers in the figures", bad),
     ]
+    held, unread = e5_pacers.table(pd.concat([s, *sweeps]), out.parent)
+    if not held.empty:
+        tables.append((f"XCP pacers in the measured window: the share of data bytes a pacer held back (its "
+                       f"macroflow sent at >= {e5_pacers.HELD:g} x its grant in a control interval), of active "
+                       "macroflow-intervals held, and the median sent / granted; mean [min, max] over runs "
+                       "(an observation beside the findings: analysis/e5_pacers.py)", held))
+    if not unread.empty:
+        tables.append((f"XCP runs whose pacer records could not be read ({len(unread)})", unread))
     # each finding is evaluated once per reading: the verdicts (pre-registered) and the
     # second reading paired by seed, which the comparisons table and the side column share
     verdicts = evaluate(s) + e5_xcp_params.evaluate(sweeps)
