@@ -268,14 +268,20 @@ _XCP_COUNTERS = (("xcp_late_rates", "rate changes after their instant"),
 
 def exactness_faults(r: object) -> list[str]:
     """Why one run (a summary row) is not exact, [] when it is or nothing says otherwise:
-    occupancy slots merged (``occ_overflow`` > 0: ob/sb/wcsb admission an upper bound),
+    occupancy slots merged (``occ_overflow`` > 0: ob/sb/wcsb admission against an upper
+    bound of the occupancy; with ``core_drop_rate`` = 0 the text says that no decision of
+    the window can differ from the exact node's: a bound that never refused admits what the
+    exact occupancy admits),
     ib decisions taken after late arrivals (``core_late`` > 0: lateness beyond the voq
     qdisc's lookahead), or an XCP loop that was not the one on the intended timeline
     (``xcp_exact`` = 0: an XCP lateness counter above 0, docs/xcp-edge.md (d); NaN
     without XCP)."""
     out = []
     if _cell(r, "occ_overflow") > 0:
-        out.append("more packets waiting in a node than the BPF tracks (admission an upper bound)")
+        out.append("occupancy slots merged (more than 256 packets buffered in a node while one waited: its "
+                   "occupancy an upper bound, its drops possibly more than the paper's node's)"
+                   + ("; no core drop in the window, so the window's admissions are the exact node's for the "
+                      "arrivals it saw" if _cell(r, "core_drop_rate") == 0 else ""))
     if _cell(r, "core_late") > 0:
         out.append("ib arrivals after their instant was decided (lateness beyond the lookahead)")
     if _cell(r, "xcp_exact") == 0:

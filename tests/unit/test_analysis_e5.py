@@ -377,6 +377,26 @@ def test_late_ib_decisions_make_a_run_not_exact():
     assert len(table) == 1 and "ib arrivals after their instant was decided" in table["why"].iloc[0]
 
 
+def test_merged_occupancy_slots_say_whether_the_window_dropped():
+    """occ_overflow > 0 flags the run; with no core drop in the window the reason adds
+    that the window's admissions are the exact node's (an upper bound that never refused
+    admits what the exact occupancy admits), with drops it does not."""
+    from analysis.e5_findings import exactness_faults, not_exact, prepare
+
+    s = smoke_summary()
+    g = s[(s["arch"] == "sb") & (s["buffer"] == "1.5 kB") & (s["pacing"] == "none")].copy()
+    first, second = g.index[0], g.index[1]
+    g.loc[[first, second], "occ_overflow"] = 4878
+    g.loc[first, "core_drop_rate"] = 0.0
+    g.loc[second, "core_drop_rate"] = 1e-4
+    assert list(not_exact(g)) == [True, True] + [False] * (len(g) - 2)
+    quiet, dropping = exactness_faults(g.loc[first]), exactness_faults(g.loc[second])
+    assert len(quiet) == 1 and "occupancy slots merged" in quiet[0] and "no core drop in the window" in quiet[0]
+    assert len(dropping) == 1 and "no core drop" not in dropping[0]
+    table = e5.fidelity_table(prepare(g))
+    assert len(table) == 2 and sum("no core drop in the window" in why for why in table["why"]) == 1
+
+
 def test_an_xcp_loop_that_was_late_makes_a_run_not_exact():
     """xcp_exact = 0 (a rate change applied after its instant, a pacer arrival after its
     instant was decided, ...) flags the run as not exact and the fidelity table says which
