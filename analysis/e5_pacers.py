@@ -22,7 +22,8 @@ Per run, from the point's folder:
 Interval k - 1 spans [E + (k - 1) I, E + k I); a row counts when that span lies inside
 the measured window, [t0 + (duration - window) D, t0 + duration D] (D: the run's time
 dilation, ``tdf`` of xcp.json). A macroflow-interval is active when u > 0 and *held* when
-u >= :data:`HELD` x R (its pacer, not its senders, set its rate). Per run: the share of
+u >= :data:`HELD` x R (the grant, not the senders, was then the limit, or close to it;
+the pacer's own backlog is not recorded, so this is read from the rates alone). Per run: the share of
 the window's data bytes sent in held macroflow-intervals, and the median u / R over the
 active ones.
 """
@@ -112,12 +113,13 @@ def _mean_range(values: list[float], scale: float = 1.0) -> str:
 def table(s: pd.DataFrame, results: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per XCP point of ``s`` (prepared rows: ``arch``, ``pacing``, :data:`BUFFER_COL`,
     ``point``, ``duration``, ``window``, ``goodput_per_flow_Bps``; a ``run`` column in a
-    combined report; a point is also its :data:`SWEPT` values), over its
-    runs: mean [min, max] of the held share of data bytes (%), of the held share of active
-    macroflow-intervals (%) and of the median sent / granted; the mean goodput beside
-    them (mean and the half-width of its 95 % interval). Second, the runs that could not be read (point, why). ``results``: the results
-    folder (a combined report's, whose ``sources.json`` names the runs' folders). Never
-    raises for a run's files; both frames are empty without XCP rows."""
+    combined report; a point is also its :data:`SWEPT` values), over its runs: mean
+    [min, max] of the held share of data bytes (%), of the held share of active
+    macroflow-intervals (%) and of the median sent / granted; the mean goodput beside them
+    (mean and the half-width of its 95 % interval). Second, the runs that could not be
+    read (run, point, why). ``results``: the results folder (a combined report's, whose
+    ``sources.json`` names the runs' folders). Never raises for a run's files; both frames
+    are empty without XCP rows."""
     xcp = s[s["pacing"].isin(XCP_PACINGS)] if "pacing" in s else s.iloc[:0]
     sources = source_folders(results)
     out, unread = [], []
