@@ -278,7 +278,7 @@ def exactness_faults(r: object) -> list[str]:
     without XCP)."""
     out = []
     if _cell(r, "occ_overflow") > 0:
-        out.append("occupancy slots merged (more than 256 packets buffered in a node while one waited: its "
+        out.append("occupancy slots merged (more packets in a node's buffer than its slots track: its "
                    "occupancy an upper bound, its drops possibly more than the paper's node's)"
                    + ("; no core drop in the window, so the window's admissions are the exact node's for the "
                       "arrivals it saw" if _cell(r, "core_drop_rate") == 0 else ""))

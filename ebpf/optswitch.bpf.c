@@ -210,28 +210,32 @@ static __always_inline __u64 max64(__u64 a, __u64 b)
 	return a > b ? a : b;
 }
 
-/* What waits in a node's buffer at an instant (waiting()): frames and their bytes. */
-struct optsw_waiting {
-	__u64 bytes;        /* frame bytes waiting in the node */
-	__u64 packets;      /* frames waiting in the node */
-	__u64 port_bytes;   /* of which for the output asked about */
-	__u64 port_packets;
-};
-
 /*
- * What waits in the node's buffer at a, into *w: every buffered packet that has arrived
- * and whose head has not left (dep > a), over all outputs and for output port. A packet
- * being sent no longer counts (how an ns-2 queue counts; the optical RAM architectures
- * admit against it, docs/e5.md). Called under the node lock. Exact while at most
- * OPTSW_OCC_SLOTS buffered packets wait in the node; beyond, occupy() has merged slots
- * and the sums are an upper bound (counted in occ_overflow).
+ * What waits in the node's buffer at a, into st->occ_w: every buffered packet that has
+ * arrived and whose head has not left (dep > a), over all outputs and for output port. A
+ * packet being sent no longer counts (how an ns-2 queue counts; the optical RAM
+ * architectures admit against it, docs/e5.md). Called under the node lock, at most once
+ * per packet (optsw_egress: before the decision if the output is busy, else in occupy()):
+ * two copies of the loop for the verifier, not one per caller. Scans every slot, from
+ * occ_used - 1 down, wrapping, and leaves in st->occ_free the free slot (dep <= a) it
+ * saw last: slot occ_used while some slot was never used, else the lowest free one, else
+ * OPTSW_OCC_SLOTS (every slot holds a waiting packet). The index comes from a volatile
+ * read and the free index goes to the map value: with constants (k, or a free index in a
+ * register or on the stack) the verifier learns bounds per iteration and prunes nothing,
+ * and a scan that stops at occ_used passed the 6.1 verifier's 1M instructions
+ * (docs/environment.md). Exact while at most OPTSW_OCC_SLOTS buffered packets wait in the
+ * node at once; beyond, occupy() has merged packets into slots and the sums are an upper
+ * bound (counted in occ_overflow).
  */
-static __always_inline void waiting(struct optsw_node_state *st, __u32 port, __u64 a,
-				    struct optsw_waiting *w)
+static __always_inline void waiting(struct optsw_node_state *st, __u32 port, __u64 a)
 {
 	__u64 bytes = 0, packets = 0, port_bytes = 0, port_packets = 0;
+	const volatile __u32 *used = &st->occ_used; /* re-read: no learnt bounds */
+	volatile __u32 *free = &st->occ_free;
 
-	for (__u32 i = 0; i < OPTSW_OCC_SLOTS; i++) {
+	*free = OPTSW_OCC_SLOTS;
+	for (__u32 k = 0; k < OPTSW_OCC_SLOTS; k++) {
+		__u32 i = (*used - 1 - k) & (OPTSW_OCC_SLOTS - 1);
 		struct optsw_occ_slot *s = &st->occ[i];
 
 		if (s->dep_ns > a) {
@@ -241,46 +245,54 @@ static __always_inline void waiting(struct optsw_node_state *st, __u32 port, __u
 				port_bytes += s->bytes;
 				port_packets += s->packets;
 			}
+		} else {
+			*free = i;
 		}
 	}
-	w->bytes = bytes;
-	w->packets = packets;
-	w->port_bytes = port_bytes;
-	w->port_packets = port_packets;
+	st->occ_w.bytes = bytes;
+	st->occ_w.packets = packets;
+	st->occ_w.port_bytes = port_bytes;
+	st->occ_w.port_packets = port_packets;
 }
 
 /*
  * Occupancy bookkeeping of a buffered packet (called under the node lock): the buffer
- * holds it from its arrival a until its departure dep. Slots are used round-robin (a
- * slot whose packet left, dep <= a, is free); if the next slot still holds a waiting
- * packet (more than OPTSW_OCC_SLOTS packets admitted while it waits), the new packet
- * is merged into it: its bytes then count until the later departure (an upper bound),
- * and occ_overflow counts the event. Updates the node and port maxima.
+ * holds it from its arrival a until its departure dep, in the slot waiting() chose (one
+ * never used, in index order, while there is one; then the lowest whose packet's head
+ * has left, dep <= a). have_w: waiting() already ran
+ * for this packet (st->occ_w, st->occ_free are its). If every one of the OPTSW_OCC_SLOTS
+ * slots holds a waiting packet, the new packet is merged into one (taken round-robin):
+ * its bytes then count until the later departure (an upper bound), and occ_overflow
+ * counts the event. Updates the node and port maxima.
  */
 static __always_inline void occupy(struct optsw_node_state *st, __u32 port, __u64 a,
-				   __u64 dep, __u32 len)
+				   __u64 dep, __u32 len, int have_w)
 {
-	__u32 next = st->occ_next & (OPTSW_OCC_SLOTS - 1);
-	struct optsw_occ_slot *n = &st->occ[next];
-	struct optsw_waiting w;
+	struct optsw_occ_slot *n;
 	__u64 total, mine;
+	__u32 i;
 
-	waiting(st, port, a, &w);
-	total = w.bytes + len;
-	mine = w.port_bytes + len;
-	if (n->dep_ns > a) {
+	if (!have_w)
+		waiting(st, port, a);
+	total = st->occ_w.bytes + len;
+	mine = st->occ_w.port_bytes + len;
+	i = st->occ_free;
+	if (i < OPTSW_OCC_SLOTS) {
+		n = &st->occ[i & (OPTSW_OCC_SLOTS - 1)];
+		n->dep_ns = dep;
+		n->bytes = len;
+		n->packets = 1;
+		n->port = port;
+		if (i >= st->occ_used)
+			st->occ_used = i + 1; /* i == occ_used: the next never used */
+	} else {
+		n = &st->occ[st->occ_overflow & (OPTSW_OCC_SLOTS - 1)];
 		n->bytes += len;
 		if (n->packets < 0xffff)
 			n->packets++; /* (a merged slot of 65535 frames undercounts: never reached) */
 		n->dep_ns = max64(n->dep_ns, dep);
 		st->occ_overflow++;
-	} else {
-		n->dep_ns = dep;
-		n->bytes = len;
-		n->packets = 1;
-		n->port = port;
 	}
-	st->occ_next = next + 1;
 	if (total > st->max_occ_bytes)
 		st->max_occ_bytes = total;
 	if (port < OPTSW_MAX_PORTS && mine > st->port[port].max_occ_bytes)
@@ -336,16 +348,15 @@ static __always_inline __u32 optical_ram_decide(struct optsw_node_state *st,
 						struct optsw_port_state *ps, __u64 a, __u64 *dep,
 						__u64 bound, int per_port)
 {
-	struct optsw_waiting w;
 	__u64 ip_len, held;
 
 	if (output_free(ps, a, dep))
 		return OPTSW_CUT;
-	waiting(st, pkt->out_port, a, &w);
+	/* the output is busy: optsw_egress ran waiting() for this packet */
 	if (per_port)
-		held = w.port_bytes - w.port_packets * OPTSW_ETH_HLEN;
+		held = st->occ_w.port_bytes - st->occ_w.port_packets * OPTSW_ETH_HLEN;
 	else
-		held = w.bytes - w.packets * OPTSW_ETH_HLEN;
+		held = st->occ_w.bytes - st->occ_w.packets * OPTSW_ETH_HLEN;
 	ip_len = pkt->len > OPTSW_ETH_HLEN ? pkt->len - OPTSW_ETH_HLEN : 0;
 	if (held + ip_len > bound)
 		return OPTSW_DROP;
@@ -608,6 +619,7 @@ int optsw_egress(struct __sk_buff *skb)
 	struct optsw_xcp_cfg *xc;
 	__u64 a, tau, dep = 0, stamp, now;
 	__u32 len, decision, port;
+	int have_w;
 
 	now = tb_test_mode ? (h ? h->now_ns : 0) : bpf_ktime_get_ns();
 	len = (tb_test_mode && h && h->len) ? h->len : skb->len;
@@ -648,6 +660,11 @@ int optsw_egress(struct __sk_buff *skb)
 	optsw_arch_prepare(cfg->arch, skb, cfg, &pkt);
 
 	bpf_spin_lock(&st->lock);
+	/* What waits in the node now, for an architecture that admits against it (only with
+	 * the output busy: optical_ram_decide) and for occupy() */
+	have_w = ps->out_free_ns > a;
+	if (have_w)
+		waiting(st, port, a);
 	decision = optsw_arch_decide(cfg->arch, st, cfg, &pkt, ps, a, tau, &dep);
 	if (decision != OPTSW_NOCFG)
 		xcp_account(xn, xc, ps, port, a, len, decision);
@@ -664,7 +681,7 @@ int optsw_egress(struct __sk_buff *skb)
 			ps->cut++;
 		} else {
 			ps->buffered++;
-			occupy(st, port, a, dep, len);
+			occupy(st, port, a, dep, len, have_w);
 		}
 	}
 	bpf_spin_unlock(&st->lock);

@@ -27,7 +27,10 @@
 				* are bounded with & (OPTSW_MAX_PORTS - 1)) */
 #define OPTSW_MAX_NE      32   /* buffer input / output ports n_e of one switch */
 #define OPTSW_MAX_ECMP    16   /* equal-cost next hops of one route */
-#define OPTSW_OCC_SLOTS   256  /* buffered packets tracked for the occupancy maximum */
+#ifndef OPTSW_OCC_SLOTS
+#define OPTSW_OCC_SLOTS   1024 /* buffered packets waiting at once in a node that the occupancy
+				* (waiting(), occupy()) tracks exactly (a power of two) */
+#endif
 #define OPTSW_BOUT_RES    16   /* future emissions tracked per buffer output (a power of two) */
 /* fidelity-monitor histogram buckets (log-linear; the largest index, for 2^64 ns, is 495).
  * A power of two so the index is bounded with a mask: the 6.1 verifier loses a
@@ -130,7 +133,8 @@ struct optsw_port_state {
 	__u64 held;          /* packets handed to the port's holding qdisc (OPTSW_HOLD) */
 };
 
-/* One buffered packet (occupancy maximum, waiting()): occupies the buffer until dep_ns. */
+/* One buffered packet (occupancy maximum, waiting()): occupies the buffer until dep_ns;
+ * free once dep_ns <= the arrival at hand. */
 struct optsw_occ_slot {
 	__u64 dep_ns;
 	__u32 bytes;
@@ -190,11 +194,22 @@ struct optsw_hold_hist {
 	__u64 bucket[OPTSW_HOLD_BUCKETS];
 };
 
+/* What waits in a node's buffer at an instant (waiting() in optswitch.bpf.c): frames
+ * and their bytes, of the node and of one output. */
+struct optsw_waiting {
+	__u64 bytes;        /* frame bytes waiting in the node */
+	__u64 packets;      /* frames waiting in the node */
+	__u64 port_bytes;   /* of which for the output asked about */
+	__u64 port_packets;
+};
+
 struct optsw_node_state {
 	struct bpf_spin_lock lock;
-	__u32 occ_next;        /* next occupancy slot (round-robin) */
+	__u32 occ_used;        /* occupancy slots used so far: occ[0 .. occ_used - 1] */
 	__u64 max_occ_bytes;   /* maximum bytes in the node's buffer */
-	__u64 occ_overflow;    /* admissions that found their occupancy slot in use */
+	__u64 occ_overflow;    /* buffered packets that found every occupancy slot holding a waiting
+				* packet (merged into one) */
+	struct optsw_waiting occ_w; /* scratch: waiting() for the packet at hand (the lock's holder) */
 	/* Architecture scratch and state (today the hybrid's buffer ports, ebpf/arch/hybrid.h). */
 	__u32 sel_bi;          /* scratch: chosen buffer input */
 	__u32 sel_bo;          /* scratch: chosen buffer output */
@@ -203,7 +218,7 @@ struct optsw_node_state {
 	__u64 sel_dep;         /* scratch: earliest departure found */
 	__u64 sel_t;           /* scratch of the emission search: candidate departure */
 	__u32 sel_done;        /* scratch of the emission search: this output's slot found */
-	__u32 sel_pad;
+	__u32 occ_free;        /* scratch of waiting(): the lowest occupancy slot free (occupy()) */
 	__u32 sel_n;           /* scratch of bout_reserve: reservations kept */
 	__u32 sel_pos;         /* scratch of bout_reserve: where the new one goes */
 	__u32 sel_drop;        /* scratch of bout_reserve: reservations that ended */

@@ -224,9 +224,11 @@ class E5OpticalRam(FlowFamily):
         Metric("core_drop_rate_run", "1", "the same over the whole run"),
         Metric("core_buffered_fraction", "1", "buffered / forwarded core packets during the window"),
         Metric("edge_drops", "count", "packets the edge nodes dropped (whole run)"),
-        Metric("occ_overflow", "count", "core admissions that found their occupancy slot still held: more than "
-               "256 packets buffered in a node while one waited (its occupancy then an upper bound, so its drops "
-               "may exceed the paper's node's: not exact; docs/optical-switch.md)"),
+        Metric("occ_overflow", "count", "core packets buffered when every occupancy slot of their node held a "
+               "waiting packet, merged into one: more packets waiting at once than the slots track (1024 since "
+               "2026-12-02; before, 256 slots reused in turn: more than 256 buffered while one waited); the "
+               "occupancy then an upper bound, so drops may exceed the paper's node's: not exact; "
+               "docs/optical-switch.md)"),
         Metric("core_late", "count", "ib only: arrivals the voq qdisc saw after it had decided their instant "
                "(lateness beyond its lookahead: decisions not exact; docs/ib-holding.md); 0 otherwise"),
         Metric("xcp_exact", "1", "XCP points: 1 when every XCP lateness counter below is 0 (the loop equals the "

@@ -16,7 +16,8 @@ MAX_NODES = 512
 MAX_PORTS = 64
 MAX_NE = 32
 MAX_ECMP = 16
-OCC_SLOTS = 256
+#: buffered packets waiting at once in a node that the occupancy tracks exactly (OPTSW_OCC_SLOTS)
+OCC_SLOTS = 1024
 BOUT_RES = 16
 LATE_BUCKETS = 512
 #: announced bursts queued per input port of an obs-core node (OPTSW_OBS_RING)
@@ -36,8 +37,8 @@ ROUTE_FLOW_HASH = 1
 _PORT_CFG = struct.Struct("<QQII")                      # 24 bytes
 _NODE_CFG_HEAD = struct.Struct("<II")                   # arch, n_ports; then arch_cfg
 _PORT_STATE = struct.Struct("<13Q")                     # 104 bytes
-_STATE_HEAD = struct.Struct("<IIQQII")                  # lock, occ_next, max_occ, overflow, sel_bi, sel_bo
-_STATE_MID = struct.Struct("<QQQIIIIII")                # bout_overflow, sel_dep, sel_t, 6 x u32 scratch
+_STATE_HEAD = struct.Struct("<IIQQ4QII")  # lock, occ_used, max_occ, overflow, occ_w (4 x u64 scratch), sel_bi, sel_bo
+_STATE_MID = struct.Struct("<QQQIIIIII")                # bout_overflow, sel_dep, sel_t, 6 x u32 (occ_free, scratch)
 _OCC_SLOT_SIZE = 16
 _BOUT_SIZE = 16 * BOUT_RES + 8                          # start_ns[], end_ns[], n, pad
 #: counters of struct optsw_obs_state, in order (then its per-input-port rings)
@@ -143,9 +144,10 @@ def hook_value(now_ns: int, length: int, port: int, rand: int, stamp_ns: int = 0
 
 def parse_node_state(value: bytes, n_ports: int) -> dict:
     """Decode an optsw_state value: node maxima, overflow counters (``occ_overflow``:
-    occupancy slots merged; ``bout_overflow``: buffer-output reservations merged) and the
-    first ``n_ports`` port records."""
-    _lock, _next, max_occ, overflow, _bi, _bo = _STATE_HEAD.unpack_from(value, 0)
+    buffered packets merged into an occupancy slot, every slot holding a waiting packet;
+    ``bout_overflow``: buffer-output reservations merged) and the first ``n_ports`` port
+    records."""
+    _lock, _used, max_occ, overflow, *_scratch = _STATE_HEAD.unpack_from(value, 0)
     bout_overflow, *_scratch = _STATE_MID.unpack_from(value, _STATE_HEAD.size + 8 * MAX_NE)
     off = STATE_PORTS_OFFSET
     ports = []

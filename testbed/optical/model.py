@@ -93,9 +93,10 @@ class PortModel:
         self.state = [PortCounters() for _ in self.ports]
         self.max_occ_bytes = 0
         self.occ_overflow = 0
-        # Occupancy slots [dep_ns, bytes, port, packets], used round-robin like the BPF code.
+        # Occupancy slots [dep_ns, bytes, port, packets] as the BPF code's (_free_slot
+        # says which a buffered packet takes) and the slots used so far.
         self._occ = [[0, 0, 0, 0] for _ in range(OCC_SLOTS)]
-        self._occ_next = 0
+        self._occ_used = 0
 
     def decide(self, a: int, tau: int, port: int) -> tuple[int, int | None]:
         """(CUT or BUFFER, departure of the head in ns) or (DROP, None) for a packet of
@@ -132,24 +133,33 @@ class PortModel:
     def waiting(self, a: int, port: int) -> tuple[int, int, int, int]:
         """What waits in the node's buffer at ``a`` (buffered packets whose head has not
         left, dep > a): (frame bytes, frames) of the node, then of output ``port``. Exact
-        while at most OCC_SLOTS packets wait; beyond, an upper bound (merged slots)."""
-        live = [s for s in self._occ if s[0] > a]
+        while at most OCC_SLOTS packets wait at once; beyond, an upper bound (merged slots)."""
+        live = [s for s in self._occ[:self._occ_used] if s[0] > a]
         mine = [s for s in live if s[2] == port]
         return (sum(s[1] for s in live), sum(s[3] for s in live), sum(s[1] for s in mine),
                 sum(s[3] for s in mine))
 
+    def _free_slot(self, a: int) -> int | None:
+        """The slot the BPF's waiting() chooses at ``a``: the next never used while there
+        is one, then the lowest whose packet's head has left (dep <= a); None if all
+        OCC_SLOTS hold a waiting packet."""
+        if self._occ_used < OCC_SLOTS:
+            return self._occ_used
+        return next((i for i, s in enumerate(self._occ) if s[0] <= a), None)
+
     def _occupy(self, port: int, a: int, dep: int, length: int) -> None:
         node_bytes, _, port_bytes, _ = self.waiting(a, port)
         total, mine = node_bytes + length, port_bytes + length
-        slot = self._occ[self._occ_next % OCC_SLOTS]
-        if slot[0] > a:
+        free = self._free_slot(a)
+        if free is not None:
+            self._occ[free][:] = [dep, length, port, 1]
+            self._occ_used = max(self._occ_used, free + 1)
+        else:
+            slot = self._occ[self.occ_overflow % OCC_SLOTS]  # as the BPF: round-robin by the count
             slot[1] += length
             slot[3] = min(slot[3] + 1, 0xFFFF)
             slot[0] = max(slot[0], dep)
             self.occ_overflow += 1
-        else:
-            slot[:] = [dep, length, port, 1]
-        self._occ_next += 1
         self.max_occ_bytes = max(self.max_occ_bytes, total)
         self.state[port].max_occ_bytes = max(self.state[port].max_occ_bytes, mine)
 

@@ -368,6 +368,49 @@ def test_optical_ram_architectures_equal_the_paper_reference(pin_dir, arch, buff
 
 
 @pytest.mark.root
+@pytest.mark.parametrize("case", ["long_queue", "ack_flood"])
+def test_occupancy_beyond_256_slots_equals_the_paper_reference(pin_dir, case):
+    """The occupancy slots (docs/e5.md, "Occupancy slots at 45 kB"), BPF against ramsim
+    and the model: ``long_queue`` waits 267 packets at once at one output (more than the
+    256 round-robin slots before 2026-12-02 held) while more than OCC_SLOTS are buffered
+    (ACKs that wait one ACK time): no merge, and SB at 50 kB per link decides as the
+    paper's node, drops included. ``ack_flood`` waits 1 200 ACKs at once, more than
+    OCC_SLOTS: merges counted as the model counts them, and with 8 x 15 kB, which the
+    upper bound does not reach, every decision is still the paper's node's."""
+    from optical_ram_cases import KINDS, PS as RAM_PS, ack_flood_trace, long_queue_trace, max_waiting, reference
+
+    from testbed.optical.architectures import REGISTRY
+
+    n_a = 8
+    if case == "long_queue":
+        trace, buffer_bytes = long_queue_trace(hot_frames=80), 50_000
+    else:
+        trace, buffer_bytes = ack_flood_trace(), 15_000
+    ports = [PortConfig(RAM_PS) for _ in range(n_a)]
+    assignment = REGISTRY.assignment("sb", {"buffer_bytes": buffer_bytes})
+    bpf.optswitch_load(pin_dir)
+    maps.configure_node(pin_dir, 3, assignment, ports)
+    got = bpf.trace_run(pin_dir, 3, [(bpf.OPTSW_EGRESS, p.arrival_ns, p.length, p.out_port, 0, "10.0.0.2")
+                                     for p in trace])
+    want = reference(trace, "sb", n_a, buffer_bytes)
+    assert [(KINDS[g["cb0"]], None if g["cb0"] == DROP else g["tstamp"]) for g in got] == \
+        [(w.kind, w.departure_ns) for w in want]
+    ref = assignment.reference(ports)
+    for p in trace:
+        ref.offer(p.arrival_ns, p.length, p.out_port)
+    state = maps.read_states(pin_dir, {3: n_a})[3]
+    assert state["occ_overflow"] == ref.occ_overflow
+    assert (state["occ_overflow"] > 0) == (max_waiting(trace, want) > layout.OCC_SLOTS)
+    assert state["max_occ_bytes"] == ref.max_occ_bytes
+    assert [(b["cut"], b["buffered"], b["dropped"], b["max_occ_bytes"]) for b in state["ports"]] == \
+        [(r.cut, r.buffered, r.dropped, r.max_occ_bytes) for r in ref.state]
+    if case == "long_queue":
+        assert 256 < max_waiting(trace, want) < layout.OCC_SLOTS
+        assert sum(w.kind == "buffered" for w in want) > layout.OCC_SLOTS
+        assert sum(w.kind == "dropped" for w in want) > 10
+
+
+@pytest.mark.root
 @pytest.mark.parametrize("paper_wait,want", [
     (TAU, [BUFFER, BUFFER, BUFFER, DROP, DROP]),        # x D = 2 tau: a wait of exactly max_wait is admitted
     (TAU - 1, [BUFFER, BUFFER, DROP, DROP, DROP]),      # x D = 2 tau - 2: the third would wait too long

@@ -7,7 +7,8 @@ program on the same traces; the traces and the reference are tests/optical_ram_c
 from __future__ import annotations
 
 import pytest
-from optical_ram_cases import ARCHS, DATA, KINDS, PS, Packet, ram_trace, reference
+from optical_ram_cases import (ARCHS, DATA, KINDS, PS, Packet, ack_flood_trace, long_queue_trace, max_waiting,
+                               ram_trace, reference)
 
 from testbed.optical import layout
 from testbed.optical.architectures import REGISTRY
@@ -63,3 +64,33 @@ def test_shared_buffers_pool_the_node_and_wcsb_is_one_links_worth():
         got, _ = run_model(trace, arch, 6, 1500)
         assert [g.kind for g in got[3:]] == want, arch
         assert [o.kind for o in reference(trace, arch, 6, 1500)[3:]] == [KINDS[k] for k in want], arch
+
+
+def test_occupancy_slots_free_when_their_packet_left_not_in_turn():
+    """SB at 45 kB on NSFNET overflowed 256 slots used round-robin (docs/e5.md,
+    "Occupancy slots at 45 kB"). A long queue at one output (267 packets wait at once,
+    more than those 256) while 1 545 packets are buffered, most of them ACKs that wait one
+    ACK time: the model finds a free slot for each, merges nothing, and decides as the
+    paper's node, packet for packet, drops included (B = 50 kB per link binds)."""
+    trace = long_queue_trace(hot_frames=80)
+    got, m = run_model(trace, "sb", 8, 50_000)
+    want = reference(trace, "sb", 8, 50_000)
+    assert 256 < max_waiting(trace, want) < layout.OCC_SLOTS
+    assert sum(g.kind == BUFFER for g in got) > layout.OCC_SLOTS
+    assert m.occ_overflow == 0
+    assert [(KINDS[g.kind], g.dep_ns) for g in got] == [(w.kind, w.departure_ns) for w in want]
+    assert sum(w.kind == "dropped" for w in want) > 10
+
+
+def test_more_packets_waiting_than_slots_merge_into_an_upper_bound():
+    """1 200 ACKs wait at once at one output (7 inputs flood it), more than OCC_SLOTS:
+    the overflowing packets are merged (counted), the occupancy is an upper bound, and
+    with a buffer that the bound does not reach (SB, 8 x 15 kB) every decision is still
+    the paper's node's."""
+    trace = ack_flood_trace()
+    got, m = run_model(trace, "sb", 8, 15_000)
+    want = reference(trace, "sb", 8, 15_000)
+    assert max_waiting(trace, want) > layout.OCC_SLOTS
+    # at least the packets beyond the slots merge (more: a merged slot frees at its latest departure)
+    assert m.occ_overflow >= max_waiting(trace, want) - layout.OCC_SLOTS > 0
+    assert [(KINDS[g.kind], g.dep_ns) for g in got] == [(w.kind, w.departure_ns) for w in want]
