@@ -6,6 +6,7 @@ import html
 import json
 import logging
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -36,19 +37,70 @@ def source_folders(results: Path) -> dict[str, Path]:
         return {}
 
 
-def combine(runs: list[Path], out: Path) -> Path:
+@dataclass(frozen=True)
+class Exclusion:
+    """Rows a combined report leaves out: those of source folder ``folder`` (its name)
+    whose summary column ``key`` reads as one of ``values`` (e.g. points run again from a
+    later commit into another folder)."""
+
+    folder: str
+    key: str
+    values: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, text: str) -> Exclusion:
+        """``FOLDER:KEY=VALUE[,VALUE...]``; CombineError naming the text and the form."""
+        folder, sep, rest = text.partition(":")
+        key, eq, values = rest.partition("=")
+        vals = tuple(v.strip() for v in values.split(",") if v.strip())
+        if not (sep and eq and folder.strip() and key.strip() and vals):
+            raise CombineError(f"--exclude {text!r}: expected FOLDER:KEY=VALUE[,VALUE...] "
+                               "(FOLDER: a results folder's name, e.g. block-sb:buffer=45 kB)")
+        return cls(folder.strip(), key.strip(), vals)
+
+    def __str__(self) -> str:
+        return f"{self.folder}: {self.key} in {{{', '.join(self.values)}}}"
+
+
+def _apply_exclusions(frames: dict[str, pd.DataFrame], exclude: list[Exclusion]) -> dict[str, int]:
+    """Drop the excluded rows from ``frames`` (by folder name) in place; rows dropped per
+    exclusion (its text). Raises CombineError for a folder not combined, a key not in its
+    summary, or a value no row has (naming the values it has)."""
+    dropped: dict[str, int] = {}
+    for ex in exclude:
+        if ex.folder not in frames:
+            raise CombineError(f"--exclude {ex}: no combined folder is named {ex.folder!r} "
+                               f"(the folders: {', '.join(sorted(frames))})")
+        f = frames[ex.folder]
+        if ex.key not in f.columns:
+            raise CombineError(f"--exclude {ex}: {ex.folder}'s summary has no column {ex.key!r}")
+        have = f[ex.key].astype(str)
+        missing = [v for v in ex.values if v not in set(have)]
+        if missing:
+            raise CombineError(f"--exclude {ex}: no row of {ex.folder} has {ex.key} = "
+                               f"{', '.join(missing)} (it has: {', '.join(sorted(set(have)))})")
+        hit = have.isin(ex.values)
+        frames[ex.folder] = f[~hit]
+        dropped[str(ex)] = int(hit.sum())
+    return dropped
+
+
+def combine(runs: list[Path], out: Path, exclude: list[Exclusion] | None = None) -> Path:
     """One report over several results folders of the same family, in ``out``: their
-    summaries concatenated (a ``run`` column names the source folder), a config naming
-    the family and the runs, ``sources.json`` (each run's experiment, D, git sha), then
+    summaries concatenated (a ``run`` column names the source folder), less the rows
+    ``exclude`` names, a config naming the family, the runs and the exclusions,
+    ``sources.json`` (each run's experiment, D, git sha, rows excluded), then
     :func:`generate`. For findings whose points were run as separate definitions (e.g.
     the E1 findings subset, one folder per block).
 
-    Raises CombineError if a folder is not a results folder, the families differ, or
-    ``out`` exists and is not a combined report (a run's own folder is never overwritten).
+    Raises CombineError if a folder is not a results folder, the families differ, ``out``
+    exists and is not a combined report (a run's own folder is never overwritten), or an
+    exclusion names no combined folder, column or present value.
     """
     if not runs:
         raise CombineError("no results folder given")
-    configs, frames, sources = [], [], []
+    configs, sources = [], []
+    frames: dict[str, pd.DataFrame] = {}
     for run in runs:
         cfg_path = run / "config.json"
         if not cfg_path.exists():
@@ -61,7 +113,7 @@ def combine(runs: list[Path], out: Path) -> Path:
                         "family": config_family(cfg)})
         if (run / "summary.csv").exists():
             try:
-                frames.append(pd.read_csv(run / "summary.csv").assign(run=run.name))
+                frames[run.name] = pd.read_csv(run / "summary.csv").assign(run=run.name)
             except pd.errors.EmptyDataError:
                 pass
     names = {config_family(c) for c in configs}
@@ -70,15 +122,20 @@ def combine(runs: list[Path], out: Path) -> Path:
             f"{s['folder']} ({s['family']})" for s in sources) + "; combine runs of one family")
     if (out / "config.json").exists() and not (out / SOURCES).exists():
         raise CombineError(f"{out} is a run's results folder, not a combined report: choose another --out")
+    dropped = _apply_exclusions(frames, list(exclude or []))
+    for src in sources:
+        src["excluded"] = {k: n for k, n in dropped.items() if k.startswith(Path(src["folder"]).name + ": ")}
     out.mkdir(parents=True, exist_ok=True)
     tdfs = sorted({c["run"]["tdf"] for c in configs})
+    left_out = "; rows left out: " + "; ".join(f"{k} ({n})" for k, n in dropped.items()) if dropped else ""
     config = {"experiment": {"name": "combined: " + " + ".join(sorted({c["experiment"]["name"] for c in configs})),
                              "family": names.pop(),
-                             "description": f"{len(runs)} runs combined: " + ", ".join(str(r) for r in runs)},
+                             "description": f"{len(runs)} runs combined: " + ", ".join(str(r) for r in runs)
+                             + left_out},
               "run": {"tdf": tdfs[0] if len(tdfs) == 1 else ", ".join(map(str, tdfs))}}
     atomic_write(out / "config.json", json.dumps(config, indent=2) + "\n")
     atomic_write(out / SOURCES, json.dumps(sources, indent=2) + "\n")
-    summary = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    summary = pd.concat(list(frames.values()), ignore_index=True) if frames else pd.DataFrame()
     atomic_write(out / "summary.csv", summary.to_csv(index=False))
     return generate(out)
 

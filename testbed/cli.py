@@ -102,6 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("results", type=Path, metavar="RESULTS_DIR", nargs="+")
     rep.add_argument("--out", type=Path, metavar="DIR",
                      help="with several RESULTS_DIR: the combined report's folder (required then)")
+    rep.add_argument("--exclude", action="append", default=[], metavar="FOLDER:KEY=VALUE[,VALUE...]",
+                     help="with several RESULTS_DIR: leave out the rows of the folder named FOLDER whose "
+                     "summary column KEY is one of the values (e.g. points run again from a later commit "
+                     "into another folder): --exclude 'block-sb:buffer=45 kB'; repeatable; the report's "
+                     "description and sources.json say what was left out")
 
     c = sub.add_parser("clean", help="remove leftovers of earlier runs",
                        description="Tear down every object recorded in the ledgers of runs that "
@@ -268,18 +273,20 @@ def cmd_clean(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def cmd_report(args: argparse.Namespace, argv: list[str]) -> int:
-    from analysis.report import CombineError, combine, generate
+    from analysis.report import CombineError, Exclusion, combine, generate
 
     for r in args.results:
         if not (r / "config.json").exists():
             raise UsageError(f"{r} is not a results folder (no config.json)")
     if len(args.results) == 1 and args.out is None:
+        if args.exclude:
+            raise UsageError("testbed report: --exclude applies to a combined report (several folders and --out)")
         print(generate(args.results[0]))
         return 0
     if args.out is None:
         raise UsageError("testbed report with several results folders needs --out DIR (the combined report)")
     try:
-        print(combine(args.results, args.out))
+        print(combine(args.results, args.out, [Exclusion.parse(e) for e in args.exclude]))
     except CombineError as exc:
         raise UsageError(str(exc)) from None
     return 0

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.report import SOURCES, CombineError, combine
+from analysis.report import SOURCES, CombineError, Exclusion, combine
 from testbed.families.e1_fattree import E1FatTree
 
 
@@ -68,3 +68,40 @@ def test_cli_needs_out_with_several_folders(tmp_path):
                        capture_output=True, text=True)
     assert p.returncode == 2 and "--out" in p.stderr
     assert not (tmp_path / "combined").exists()
+
+
+def test_exclude_leaves_out_a_folders_rows_and_says_so(tmp_path):
+    """Points run again into another folder (E5's SB 45 kB after the occupancy fix): the
+    combined report leaves the named rows of the named folder out and records it."""
+    a = _run(tmp_path, "A", "e1-fattree", "saw", ("hybrid:2", "electronic"), 10e9)
+    b = _run(tmp_path, "B", "e1-fattree", "sawl", ("hybrid:2",), 15e9)
+    combine([a, b], tmp_path / "c", [Exclusion.parse("A:switch=electronic")])
+    summary = pd.read_csv(tmp_path / "c" / "summary.csv")
+    assert len(summary) == 6 and set(summary["switch"]) == {"hybrid:2"}
+    sources = json.loads((tmp_path / "c" / SOURCES).read_text())
+    assert [s["excluded"] for s in sources] == [{"A: switch in {electronic}": 3}, {}]
+    assert "rows left out: A: switch in {electronic} (3)" in \
+        json.loads((tmp_path / "c" / "config.json").read_text())["experiment"]["description"]
+
+
+@pytest.mark.parametrize("text,match", [
+    ("A:switch", "expected FOLDER:KEY=VALUE"),
+    ("Z:switch=electronic", "no combined folder is named 'Z'"),
+    ("A:colour=red", "has no column 'colour'"),
+    ("A:switch=optical", r"no row of A has switch = optical \(it has: electronic, hybrid:2\)"),
+])
+def test_exclude_refuses_what_matches_nothing(tmp_path, text, match):
+    a = _run(tmp_path, "A", "e1-fattree", "saw", ("hybrid:2", "electronic"), 10e9)
+    b = _run(tmp_path, "B", "e1-fattree", "sawl", ("hybrid:2",), 15e9)
+    with pytest.raises(CombineError, match=match):
+        combine([a, b], tmp_path / "c", [Exclusion.parse(text)])
+    assert not (tmp_path / "c").exists()
+
+
+def test_cli_exclude_bad_value_exits_2_and_creates_nothing(tmp_path):
+    a = _run(tmp_path, "A", "e1-fattree", "saw", ("hybrid:2",), 10e9)
+    b = _run(tmp_path, "B", "e1-fattree", "sawl", ("hybrid:2",), 15e9)
+    p = subprocess.run([sys.executable, "-m", "testbed", "report", str(a), str(b), "--out", str(tmp_path / "c"),
+                        "--exclude", "A:switch=optical"], capture_output=True, text=True)
+    assert p.returncode == 2 and "switch = optical" in p.stderr
+    assert not (tmp_path / "c").exists()
