@@ -27,10 +27,8 @@
 				* are bounded with & (OPTSW_MAX_PORTS - 1)) */
 #define OPTSW_MAX_NE      32   /* buffer input / output ports n_e of one switch */
 #define OPTSW_MAX_ECMP    16   /* equal-cost next hops of one route */
-#ifndef OPTSW_OCC_SLOTS
 #define OPTSW_OCC_SLOTS   1024 /* buffered packets waiting at once in a node that the occupancy
 				* (waiting(), occupy()) tracks exactly (a power of two) */
-#endif
 #define OPTSW_BOUT_RES    16   /* future emissions tracked per buffer output (a power of two) */
 /* fidelity-monitor histogram buckets (log-linear; the largest index, for 2^64 ns, is 495).
  * A power of two so the index is bounded with a mask: the 6.1 verifier loses a
