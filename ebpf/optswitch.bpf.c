@@ -215,8 +215,7 @@ static __always_inline __u64 max64(__u64 a, __u64 b)
  * arrived and whose head has not left (dep > a), over all outputs and for output port. A
  * packet being sent no longer counts (how an ns-2 queue counts; the optical RAM
  * architectures admit against it, docs/e5.md). Called under the node lock, at most once
- * per packet (optsw_egress: before the decision if the architecture admits against it,
- * OPTSW_WAITING, and the output is busy; else in occupy() for a buffered packet):
+ * per packet (optsw_egress: before the decision if the output is busy, else in occupy()):
  * two copies of the loop for the verifier, not one per caller. Scans every slot, from
  * occ_used - 1 down, wrapping, and leaves in st->occ_free the free slot (dep <= a) it
  * saw last: slot occ_used while some slot was never used, else the lowest free one, else
@@ -260,20 +259,20 @@ static __always_inline void waiting(struct optsw_node_state *st, __u32 port, __u
  * Occupancy bookkeeping of a buffered packet (called under the node lock): the buffer
  * holds it from its arrival a until its departure dep, in the slot waiting() chose (one
  * never used, in index order, while there is one; then the lowest whose packet's head
- * has left, dep <= a); waiting() runs here unless optsw_egress ran it for this packet
- * (st->occ_free <= OPTSW_OCC_SLOTS: st->occ_w and st->occ_free are then this packet's). If every one of the OPTSW_OCC_SLOTS
+ * has left, dep <= a). have_w: waiting() already ran
+ * for this packet (st->occ_w, st->occ_free are its). If every one of the OPTSW_OCC_SLOTS
  * slots holds a waiting packet, the new packet is merged into one (taken round-robin):
  * its bytes then count until the later departure (an upper bound), and occ_overflow
  * counts the event. Updates the node and port maxima.
  */
 static __always_inline void occupy(struct optsw_node_state *st, __u32 port, __u64 a,
-				   __u64 dep, __u32 len)
+				   __u64 dep, __u32 len, int have_w)
 {
 	struct optsw_occ_slot *n;
 	__u64 total, mine;
 	__u32 i;
 
-	if (*(volatile __u32 *)&st->occ_free > OPTSW_OCC_SLOTS) /* waiting() has not run */
+	if (!have_w)
 		waiting(st, port, a);
 	total = st->occ_w.bytes + len;
 	mine = st->occ_w.port_bytes + len;
@@ -397,14 +396,6 @@ struct optsw_ctrl {
 	static __always_inline void optsw_##name##_prepare(struct __sk_buff *skb,               \
 							   const struct optsw_cfg_node *cfg,    \
 							   struct optsw_pkt *pkt)
-
-/*
- * An architecture that admits against what waits in the node (optical_ram_decide: ob, sb,
- * wcsb) marks its header with OPTSW_WAITING(<name>); archgen.py generates
- * optsw_arch_waiting(arch), and optsw_egress runs waiting() before the decision only for
- * those (the others pay the scan only for a packet they buffer, in occupy()).
- */
-#define OPTSW_WAITING(name) enum { optsw_##name##_waiting = 1 }
 
 #define OPTSW_DECIDE(name)                                                                    \
 	static __always_inline __u32 optsw_##name##_decide(struct optsw_node_state *st,         \
@@ -628,6 +619,7 @@ int optsw_egress(struct __sk_buff *skb)
 	struct optsw_xcp_cfg *xc;
 	__u64 a, tau, dep = 0, stamp, now;
 	__u32 len, decision, port;
+	int have_w;
 
 	now = tb_test_mode ? (h ? h->now_ns : 0) : bpf_ktime_get_ns();
 	len = (tb_test_mode && h && h->len) ? h->len : skb->len;
@@ -669,11 +661,9 @@ int optsw_egress(struct __sk_buff *skb)
 
 	bpf_spin_lock(&st->lock);
 	/* What waits in the node now, for an architecture that admits against it (only with
-	 * the output busy: optical_ram_decide), kept for occupy(); occ_free above
-	 * OPTSW_OCC_SLOTS says it did not run (in the map value, not a register: a constant
-	 * flag would double the paths the verifier walks) */
-	st->occ_free = OPTSW_OCC_SLOTS + 1;
-	if (optsw_arch_waiting(cfg->arch) && ps->out_free_ns > a)
+	 * the output busy: optical_ram_decide) and for occupy() */
+	have_w = ps->out_free_ns > a;
+	if (have_w)
 		waiting(st, port, a);
 	decision = optsw_arch_decide(cfg->arch, st, cfg, &pkt, ps, a, tau, &dep);
 	if (decision != OPTSW_NOCFG)
@@ -691,7 +681,7 @@ int optsw_egress(struct __sk_buff *skb)
 			ps->cut++;
 		} else {
 			ps->buffered++;
-			occupy(st, port, a, dep, len);
+			occupy(st, port, a, dep, len, have_w);
 		}
 	}
 	bpf_spin_unlock(&st->lock);

@@ -15,9 +15,6 @@ struct optsw_ob_cfg {
 	__u64 buffer_bytes; /* B: optical RAM per output, IP datagram bytes */
 };
 
-/* it admits against what waits (optical_ram_decide reads st->occ_w) */
-OPTSW_WAITING(ob);
-
 OPTSW_DECIDE(ob)
 {
 	const struct optsw_ob_cfg *c = (const void *)cfg->arch_cfg;

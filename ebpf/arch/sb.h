@@ -14,9 +14,6 @@ struct optsw_sb_cfg {
 	__u64 buffer_bytes; /* B: optical RAM per link, IP datagram bytes (the node has n_ports x B) */
 };
 
-/* it admits against what waits (optical_ram_decide reads st->occ_w) */
-OPTSW_WAITING(sb);
-
 OPTSW_DECIDE(sb)
 {
 	const struct optsw_sb_cfg *c = (const void *)cfg->arch_cfg;

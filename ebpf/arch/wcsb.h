@@ -13,9 +13,6 @@ struct optsw_wcsb_cfg {
 	__u64 buffer_bytes; /* B: optical RAM of the whole node, IP datagram bytes */
 };
 
-/* it admits against what waits (optical_ram_decide reads st->occ_w) */
-OPTSW_WAITING(wcsb);
-
 OPTSW_DECIDE(wcsb)
 {
 	const struct optsw_wcsb_cfg *c = (const void *)cfg->arch_cfg;

@@ -26,7 +26,7 @@ ARCH_DIR = Path(__file__).resolve().parents[2] / "ebpf" / "arch"
 
 def defines(bpf: str, hook: str, arch_dir: Path = ARCH_DIR) -> bool:
     """Whether ``arch_dir/<bpf>.h`` defines the optional ``hook`` (``OPTSW_CONTROL``,
-    ``OPTSW_PREPARE``, the marker ``OPTSW_WAITING``): a line starting with ``<hook>(<bpf>)``. Raises OSError if the
+    ``OPTSW_PREPARE``): a line starting with ``<hook>(<bpf>)``. Raises OSError if the
     header cannot be read."""
     text = (arch_dir / f"{bpf}.h").read_text()
     return any(line.startswith(f"{hook}({bpf})") for line in text.splitlines())
@@ -83,13 +83,7 @@ def render(registry: Registry = REGISTRY, arch_dir: Path = ARCH_DIR) -> str:
               "\t\t\t\t\t       const struct optsw_cfg_node *cfg, struct optsw_pkt *pkt)",
               "{"]
     lines += _calls(archs, "optsw_{bpf}_prepare(skb, cfg, pkt);", "OPTSW_PREPARE", arch_dir)
-    lines += ["}", "",
-              "/* Whether the architecture of code arch admits against what waits in the node",
-              " * (OPTSW_WAITING in its header): optsw_egress then runs waiting() before the",
-              " * decision when the output is busy; 0 for the others. */",
-              "static __always_inline int optsw_arch_waiting(__u32 arch)", "{"]
-    lines += _calls(archs, "return 1;", "OPTSW_WAITING", arch_dir)
-    lines += ["\treturn 0;", "}", "", "#endif /* OTT_OPTSW_ARCHS_H */", ""]
+    lines += ["}", "", "#endif /* OTT_OPTSW_ARCHS_H */", ""]
     return "\n".join(lines)
 
 
