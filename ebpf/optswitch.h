@@ -217,7 +217,7 @@ struct optsw_node_state {
 	__u64 sel_t;           /* scratch of the emission search: candidate departure */
 	__u32 sel_done;        /* scratch of the emission search: this output's slot found */
 	__u32 occ_free;        /* scratch: the slot waiting() chose for occupy() (OPTSW_OCC_SLOTS: none
-				 * free; above: waiting() has not run for the packet at hand) */
+				 * free) */
 	__u32 sel_n;           /* scratch of bout_reserve: reservations kept */
 	__u32 sel_pos;         /* scratch of bout_reserve: where the new one goes */
 	__u32 sel_drop;        /* scratch of bout_reserve: reservations that ended */
