@@ -11,7 +11,8 @@ the loader gets them on stdin, never through a shell.
 
 Pins: every run keeps its BPF maps and programs under one pin directory below
 :data:`PIN_ROOT` (``DIR/maps/<map>``, ``DIR/progs/<load>/<program>``, where
-``<load>`` is ``<dev>-<dir>`` for portstat and ``node<id>`` for optswitch). Maps
+``<load>`` is ``<dev>-<dir>`` for portstat and ``node<id>`` for optswitch, ``node<id>-r<n>``
+for its n-th reload, :func:`reload_nodes`). Maps
 are shared by every load of the run through their pins. Removing the pin directory
 (and the devices the programs are attached to) frees everything.
 
@@ -275,6 +276,17 @@ class Batch:
         if direction not in DIRECTIONS:
             raise BpfError(f"direction {direction!r} is not one of {sorted(DIRECTIONS)}")
         return self._add("attach", _netns_field(netns), dev, direction, prog)
+
+    def detach(self, netns: str | None, dev: str, direction: str, handle: int, priority: int) -> "Batch":
+        """Remove the tc filter ``handle``/``priority`` (an :meth:`attach` result's) from
+        ``direction`` of ``dev`` in ``netns``. Result: ``dev``, ``dir``, ``ifindex``."""
+        _check_dev(dev)
+        if direction not in DIRECTIONS:
+            raise BpfError(f"direction {direction!r} is not one of {sorted(DIRECTIONS)}")
+        for name, v in (("handle", handle), ("priority", priority)):
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 < v < 2**32:
+                raise BpfError(f"{name} {v!r} is not an integer in 1..{2**32 - 1}")
+        return self._add("detach", _netns_field(netns), dev, direction, str(handle), str(priority))
 
     def update(self, map_pin: Path, key: bytes, value: bytes) -> "Batch":
         """Write one entry. Result: None."""
@@ -555,9 +567,13 @@ def _check_node(node_id: int) -> None:
         raise BpfError(f"node_id {node_id!r} is not an integer in 0..{MAX_NODES - 1}")
 
 
-def _optsw_rodata(node_id: int, *, is_switch: bool, test_mode: bool) -> dict[str, int]:
-    """The ``const volatile`` variables of optswitch.bpf.c for one node."""
-    return {"tb_node_id": node_id, "tb_is_switch": int(is_switch), "tb_test_mode": int(test_mode)}
+def _optsw_rodata(node_id: int, *, is_switch: bool, test_mode: bool, reads_waiting: bool = False) -> dict[str, int]:
+    """The ``const volatile`` variables of optswitch.bpf.c for one node (``reads_waiting``:
+    its architecture's, :attr:`testbed.optical.architectures.Architecture.reads_waiting`;
+    a node loaded without it drops an ob/sb/wcsb packet that finds its output busy and
+    counts it unmodelled)."""
+    return {"tb_node_id": node_id, "tb_is_switch": int(is_switch), "tb_test_mode": int(test_mode),
+            "tb_reads_waiting": int(reads_waiting)}
 
 
 def optswitch_load(pin_dir: Path, *, ledger: Any = None) -> None:
@@ -619,13 +635,16 @@ def map_dump(pin_dir: Path, name: str, keys: list[bytes] | None = None) -> list[
 
 
 class NodeAttachment(NamedTuple):
-    """One optswitch node to attach: its id, namespace (None: current), devices and
-    whether it is a switch (False: a host, whose ingress only monitors)."""
+    """One optswitch node to attach: its id, namespace (None: current), devices,
+    whether it is a switch (False: a host, whose ingress only monitors) and whether its
+    architecture's decision reads what waits in it (``reads_waiting``, see
+    :func:`_optsw_rodata`)."""
 
     node_id: int
     netns: str | None
     devs: list[str]
     is_switch: bool
+    reads_waiting: bool = False
 
 
 def attach_node(
@@ -666,13 +685,20 @@ def attach_nodes(ledger: Any, pin_dir: Path, nodes: list[NodeAttachment]) -> lis
     batch = Batch()
     for n in nodes:
         batch.load(obj, pin, prog_dir=pin / "progs" / f"node{n.node_id}",
-                   rodata=_optsw_rodata(n.node_id, is_switch=n.is_switch, test_mode=False))
+                   rodata=_optsw_rodata(n.node_id, is_switch=n.is_switch, test_mode=False,
+                                        reads_waiting=n.reads_waiting))
         for dev in n.devs:
             batch.attach(n.netns, dev, "ingress", f"@{OPTSW_INGRESS}")
             batch.attach(n.netns, dev, "egress", f"@{OPTSW_EGRESS}")
     _prepare(ledger, pin)
+    return _attachments_per_load(batch.run())
+
+
+def _attachments_per_load(results: list[Any]) -> list[list[dict]]:
+    """The attach results of a batch of loads each followed by its attaches, grouped
+    per load."""
     out: list[list[dict]] = []
-    for r in batch.run():
+    for r in results:
         if r["op"] == "load":
             out.append([])
         else:
@@ -680,9 +706,50 @@ def attach_nodes(ledger: Any, pin_dir: Path, nodes: list[NodeAttachment]) -> lis
     return out
 
 
+def reload_nodes(ledger: Any, pin_dir: Path, nodes: list[tuple[NodeAttachment, list[dict]]],
+                 generation: int) -> list[list[dict]]:
+    """Load optswitch anew for each (node, its current attachments) of ``nodes``, with
+    the node's rodata (e.g. ``reads_waiting`` after a change of architecture), and swap
+    its programs on every device of those attachments (rows of :func:`attach_nodes` or
+    of an earlier reload): the new program attached first, which tc runs before the old
+    (a filter added without a priority gets one below the chain's first), then the old
+    detached, so no packet passes the device unmodelled. The programs are pinned at
+    ``pin_dir/progs/node<id>-r<generation>/`` (``generation``: > 0, unique per reload of
+    the node). One loader process for all. Returns the new attachments of each node, in
+    order. Raises BpfError for a node without attachments, a bad generation, or when tc
+    ordered the new filter after the old (the old is then left attached: the loader's
+    rows say which)."""
+    pin = check_pin_dir(pin_dir)
+    if isinstance(generation, bool) or not isinstance(generation, int) or generation < 1:
+        raise BpfError(f"generation {generation!r} is not an integer >= 1")
+    obj = object_path(OPTSWITCH)
+    batch = Batch()
+    for n, old in nodes:
+        _check_node(n.node_id)
+        if not old:
+            raise BpfError(f"node {n.node_id}: nothing attached to reload")
+        batch.load(obj, pin, prog_dir=pin / "progs" / f"node{n.node_id}-r{generation}",
+                   rodata=_optsw_rodata(n.node_id, is_switch=n.is_switch, test_mode=False,
+                                        reads_waiting=n.reads_waiting))
+        for r in old:
+            batch.attach(n.netns, r["dev"], r["dir"], f"@{OPTSW_INGRESS if r['dir'] == 'ingress' else OPTSW_EGRESS}")
+    _prepare(ledger, pin)
+    attached = _attachments_per_load(batch.run())
+    detach = Batch()
+    for (n, old), new in zip(nodes, attached):
+        for o, w in zip(old, new):
+            if w["priority"] >= o["priority"]:
+                raise BpfError(f"node {n.node_id}: tc put the reloaded program on {o['dev']} {o['dir']} at "
+                               f"priority {w['priority']}, not before the old one's {o['priority']}")
+            detach.detach(n.netns, o["dev"], o["dir"], o["handle"], o["priority"])
+    detach.run()
+    return attached
+
+
 def trace_run(pin_dir: Path, node_id: int, packets: list[tuple[str, int, int, int, int, str]],
-              *, is_switch: bool = True, ledger: Any = None) -> list[dict]:
-    """Run optswitch in test mode over a packet trace with injected time.
+              *, is_switch: bool = True, reads_waiting: bool = False, ledger: Any = None) -> list[dict]:
+    """Run optswitch in test mode over a packet trace with injected time (``is_switch``,
+    ``reads_waiting``: the node's rodata, :func:`_optsw_rodata`).
 
     Each packet is (program, now_ns, length, port, rand, dst IPv4): ``program`` is
     ``optsw_ingress`` or ``optsw_egress``; ``now_ns`` the time it reaches the program;
@@ -704,7 +771,8 @@ def trace_run(pin_dir: Path, node_id: int, packets: list[tuple[str, int, int, in
     obj = object_path(OPTSWITCH)
     hook_map = pin / "maps" / "optsw_hook"
     ctx = bytes(SKB_CTX_SIZE)
-    batch = Batch().load(obj, pin, rodata=_optsw_rodata(node_id, is_switch=is_switch, test_mode=True))
+    batch = Batch().load(obj, pin, rodata=_optsw_rodata(node_id, is_switch=is_switch, test_mode=True,
+                                                        reads_waiting=reads_waiting))
     for prog, now, length, port, rand, dst in packets:
         batch.update(hook_map, layout.u32_key(0),
                      layout.hook_value(int(now), int(length), int(port), int(rand) & 0xFFFFFFFF))

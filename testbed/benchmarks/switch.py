@@ -19,24 +19,31 @@ from testbed.benchmarks import REPO, Measurement
 DEFAULT_TDF = 40000.0
 
 
-def _prog_ns(prog: str, model: str, repeat: int = 100000, runs: int = 5) -> list[float]:
-    """Mean ns per run of ``prog`` over ``repeat`` runs of one 1514 B frame.
+def _prog_ns(prog: str, spec: str, repeat: int = 100000, runs: int = 5) -> list[float]:
+    """Mean ns per run of ``prog`` over ``repeat`` runs of one 1514 B frame on a node of
+    4 ports whose architecture is ``spec`` (``"hybrid:2"``, ``"electronic"``,
+    ``"sb:1000000"``; loaded with its ``reads_waiting``).
 
     Test mode with the hook left at zero (time 0, output port 0, length skb->len): the
     egress repeats the same arrival, so a ``hybrid`` port mostly takes the drop path
-    (lock, buffer-port scan) and an ``electronic`` one always the buffer path with the
-    full occupancy scan (the worst case).
+    (lock, buffer-port scan), an ``electronic`` one always the buffer path with the full
+    scan of the OCC_SLOTS occupancy slots (the worst case), and an optical RAM node whose
+    buffer never fills scans them once per packet, before the decision (every slot soon
+    holds a waiting packet).
     """
     from testbed import bpf
     from testbed.optical import architectures, layout, maps
 
+    assignment = architectures.parse(spec, 4, role=None)
     pin = bpf.PIN_ROOT / f"bench-optsw-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     try:
         bpf.optswitch_load(pin)
         ports = [layout.PortConfig(layout.ps_per_byte(10e9)) for _ in range(4)]
-        maps.configure_node(pin, 0, architectures.from_model(model, 2 if model == "hybrid" else 0), ports)
+        maps.configure_node(pin, 0, assignment, ports)
         maps.set_routes(pin, {(0, "10.0.0.2"): [0, 1, 2, 3]})
-        res = bpf.prog_test_run("optswitch", prog, pin, rodata={"tb_node_id": 0, "tb_is_switch": 1, "tb_test_mode": 1},
+        res = bpf.prog_test_run("optswitch", prog, pin,
+                                rodata=bpf._optsw_rodata(0, is_switch=True, test_mode=True,
+                                                         reads_waiting=assignment.arch.reads_waiting),
                                 data=bpf.udp_frame(1514), repeat=repeat, runs=runs)
         return [float(r["duration_ns"]) for r in res]
     finally:
@@ -121,11 +128,13 @@ def run() -> list[Measurement]:
         out.append(Measurement(f"ramsim {arch}, {RAMSIM_PACKETS} packets (Python)", secs))
     if os.geteuid() == 0:
         out.append(Measurement("optswitch ingress (JIT, native, per packet)",
-                               _prog_ns("optsw_ingress", "hybrid"), "ns"))
+                               _prog_ns("optsw_ingress", "hybrid:2"), "ns"))
         out.append(Measurement("optswitch egress hybrid, drop path (JIT, native)",
-                               _prog_ns("optsw_egress", "hybrid"), "ns"))
+                               _prog_ns("optsw_egress", "hybrid:2"), "ns"))
         out.append(Measurement("optswitch egress electronic, buffer path (JIT, native)",
                                _prog_ns("optsw_egress", "electronic"), "ns"))
+        out.append(Measurement("optswitch egress sb, buffer path, every slot waiting (JIT, native)",
+                               _prog_ns("optsw_egress", "sb:1000000000"), "ns"))
     guest = _guest_measurements()
     if guest["lateness"]:
         out.append(Measurement(f"optswitch p99 lateness in the guest (D={DEFAULT_TDF:g})", guest["lateness"], "us"))

@@ -158,6 +158,10 @@ class Architecture:
     mechanism_options: Callable[[NodeContext, Mapping[str, int], str], object] | None = None
     #: the reference of an architecture without a per-packet model (a module name)
     oracle: str = ""
+    #: its decision reads what waits in the node (``optical_ram_decide``: ob, sb, wcsb):
+    #: its nodes' programs load with ``tb_reads_waiting`` = 1 and scan the occupancy slots
+    #: before a decision whose output is busy (the others only for a packet they buffer)
+    reads_waiting: bool = False
 
     def __post_init__(self) -> None:
         if self.reference is None and not self.oracle:
@@ -449,7 +453,7 @@ def _ram_param(doc: str) -> tuple[ArchParam, ...]:
 OB = Architecture(
     "ob", 6, "ob", "output buffering, optical RAM: cut-through on a free output, else wait in the output's FIFO if "
     "its waiting IP bytes plus the packet fit in B, else dropped",
-    reference=model.OutputRamModel,
+    reference=model.OutputRamModel, reads_waiting=True,
     params=_ram_param("B, optical RAM per output, IP datagram bytes"), roles=("core",))
 
 
@@ -476,11 +480,11 @@ IB = Architecture(
 SB = Architecture(
     "sb", 7, "sb", "shared buffering, optical RAM: as ob, the node's waiting IP bytes against one memory of "
     "ports x B",
-    reference=model.SharedRamModel,
+    reference=model.SharedRamModel, reads_waiting=True,
     params=_ram_param("B, optical RAM per link (the node has ports x B), IP datagram bytes"), roles=("core",))
 WCSB = Architecture(
     "wcsb", 8, "wcsb", "worst-case shared buffering, optical RAM: as sb with one memory of B for the whole node",
-    reference=model.WorstCaseSharedRamModel,
+    reference=model.WorstCaseSharedRamModel, reads_waiting=True,
     params=_ram_param("B, optical RAM of the whole node, IP datagram bytes"), roles=("core",))
 
 # E5's edge nodes (Alparslan, Arakawa, Murata, III-A: "0.25 s of electronic buffering"; docs/e5.md)

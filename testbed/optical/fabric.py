@@ -106,6 +106,11 @@ class NodePorts:
     tdf: float = 1.0
     lookahead_ns: int | None = None
     ifindex_of_port: dict[int, int] | None = None  # known once the programs are attached
+    #: its optswitch attachments (bpf.attach_nodes rows), empty until attached, and
+    #: the reads_waiting its programs were loaded with, how many reloads they had
+    attached: list[dict] = dataclasses.field(default_factory=list)
+    loaded_reads_waiting: bool = False
+    reloads: int = 0
     mechanism: Mechanism | None = None  # installed by OpticalFabric.setup
     options: object = None  # the options it was installed with
 
@@ -222,10 +227,9 @@ class OpticalFabric:
         # software emulation; a k=4 fat-tree has 36 nodes); the first load creates and
         # pins the maps, the others share them. They are configured once every port's
         # ifindex is known: until then a switch counts a packet as unmodelled.
-        attached = bpf.attach_nodes(led, self.pin_dir, [
-            bpf.NodeAttachment(np.node_id, np.netns, np.devs, is_switch=np.role != "host")
-            for np in self.nodes.values()])
+        attached = bpf.attach_nodes(led, self.pin_dir, [self._attachment(np) for np in self.nodes.values()])
         for np, att in zip(self.nodes.values(), attached):
+            np.attached, np.loaded_reads_waiting = att, np.assignment.arch.reads_waiting
             ifx = {r["dev"]: r["ifindex"] for r in att}
             np.ports = [dataclasses.replace(p, ifindex=ifx[d]) for p, d in zip(np.ports, np.devs)]
             np.ifindex_of_port = {i: ifx[d] for i, d in enumerate(np.devs)}
@@ -292,6 +296,26 @@ class OpticalFabric:
                     errors.append(f"{np.name}: removing {np.assignment.mechanism.name}: {exc}")
         return errors
 
+    @staticmethod
+    def _attachment(np: NodePorts) -> bpf.NodeAttachment:
+        return bpf.NodeAttachment(np.node_id, np.netns, np.devs, is_switch=np.role != "host",
+                                  reads_waiting=np.assignment.arch.reads_waiting)
+
+    def _reload_programs(self) -> None:
+        """Load anew the programs of every attached node whose architecture's
+        ``reads_waiting`` differs from its programs' (the egress of an ob/sb/wcsb node
+        scans what waits before deciding; the others' do not): one loader process,
+        programs swapped on their devices (bpf.reload_nodes)."""
+        stale = [np for np in self.nodes.values()
+                 if np.attached and np.loaded_reads_waiting != np.assignment.arch.reads_waiting]
+        if not stale:
+            return
+        generation = max(np.reloads for np in stale) + 1
+        fresh = bpf.reload_nodes(self.emu.ledger, self.pin_dir,
+                                 [(self._attachment(np), np.attached) for np in stale], generation)
+        for np, att in zip(stale, fresh):
+            np.attached, np.loaded_reads_waiting, np.reloads = att, np.assignment.arch.reads_waiting, generation
+
     def _write_configs(self) -> None:
         maps.configure_nodes(self.pin_dir, [
             maps.NodeConfig(np.node_id, np.assignment, np.ports, np.ifindex_of_port, np.tdf)
@@ -305,7 +329,10 @@ class OpticalFabric:
         gets that mechanism's qdiscs, and holding qdiscs are installed anew (their
         counters and burst ids start again; :meth:`holding_state` reads them). Lets
         one emulation serve several points (building it costs minutes under software
-        emulation). Everything is checked before anything changes: raises
+        emulation). A node whose architecture reads what waits in it (ob, sb, wcsb)
+        and whose programs were loaded for one that does not, or the reverse, gets its
+        programs loaded anew (seconds per node under software emulation). Everything
+        is checked before anything changes: raises
         DefinitionError for a node not in the fabric, or an architecture that does not
         fit the node's role or port count, or whose mechanism's options or dilated
         durations do not fit it."""
@@ -323,6 +350,7 @@ class OpticalFabric:
                 self.emu.nodes[name].assignment = a
         for np in self.nodes.values():
             self._install(np, fresh=True)
+        self._reload_programs()
         self._set_peer_holds()
         self._write_configs()
         maps.reset_monitor(self.pin_dir)

@@ -142,7 +142,7 @@ def test_every_registered_architecture_equals_its_reference_model(pin_dir, assig
     maps.configure_node(pin_dir, 3, assignment, ports)
     host = assignment.arch.roles == ("host",)
     got = bpf.trace_run(pin_dir, 3, [(bpf.OPTSW_EGRESS, t, ln, p, 0, "10.0.0.2") for t, ln, p in trace],
-                        is_switch=not host)
+                        is_switch=not host, reads_waiting=assignment.arch.reads_waiting)
     ref = assignment.reference(ports)
     for i, (g, (t, ln, p)) in enumerate(zip(got, trace)):
         w = ref.offer(t, ln, p)
@@ -352,7 +352,7 @@ def test_optical_ram_architectures_equal_the_paper_reference(pin_dir, arch, buff
     bpf.optswitch_load(pin_dir)
     maps.configure_node(pin_dir, 3, assignment, ports)
     got = bpf.trace_run(pin_dir, 3, [(bpf.OPTSW_EGRESS, p.arrival_ns, p.length, p.out_port, 0, "10.0.0.2")
-                                     for p in trace])
+                                     for p in trace], reads_waiting=True)
     want = reference(trace, arch, n_a, buffer_bytes)
     for i, (g, w, p) in enumerate(zip(got, want, trace)):
         assert KINDS[g["cb0"]] == w.kind, f"packet {i} {p}: bpf {g} vs paper {w}"
@@ -391,7 +391,7 @@ def test_occupancy_beyond_256_slots_equals_the_paper_reference(pin_dir, case):
     bpf.optswitch_load(pin_dir)
     maps.configure_node(pin_dir, 3, assignment, ports)
     got = bpf.trace_run(pin_dir, 3, [(bpf.OPTSW_EGRESS, p.arrival_ns, p.length, p.out_port, 0, "10.0.0.2")
-                                     for p in trace])
+                                     for p in trace], reads_waiting=True)
     want = reference(trace, "sb", n_a, buffer_bytes)
     assert [(KINDS[g["cb0"]], None if g["cb0"] == DROP else g["tstamp"]) for g in got] == \
         [(w.kind, w.departure_ns) for w in want]
@@ -408,6 +408,30 @@ def test_occupancy_beyond_256_slots_equals_the_paper_reference(pin_dir, case):
         assert 256 < max_waiting(trace, want) < layout.OCC_SLOTS
         assert sum(w.kind == "buffered" for w in want) > layout.OCC_SLOTS
         assert sum(w.kind == "dropped" for w in want) > 10
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("arch", ["ob", "sb", "wcsb"])
+def test_an_optical_ram_node_loaded_without_reads_waiting_drops_what_finds_its_output_busy(pin_dir, arch):
+    """The egress of a node loaded without tb_reads_waiting has not scanned what waits
+    for the decision: an ob/sb/wcsb packet on a free output is cut through as it should
+    be, one finding its output busy is dropped and counted unmodelled, not admitted
+    against a stale occupancy (the fabric loads the right programs: reconfigure's
+    reload)."""
+    ports = _ports(2)
+    bpf.optswitch_load(pin_dir)
+    maps.configure_node(pin_dir, 3, REGISTRY.assignment(arch, {"buffer_bytes": 100_000}), ports)
+    trace = [(1_000, 1500, 0), (1_001, 1500, 0), (1_002, 1500, 0)]
+    got = bpf.trace_run(pin_dir, 3, [(bpf.OPTSW_EGRESS, t, ln, p, 0, "10.0.0.2") for t, ln, p in trace])
+    assert [g["cb0"] for g in got] == [CUT, DROP, DROP]
+    state = maps.read_states(pin_dir, {3: 2})[3]["ports"][0]
+    assert (state["cut"], state["dropped"], state["nocfg"]) == (1, 2, 2)
+    bpf.remove_pin_dir(pin_dir)
+    bpf.optswitch_load(pin_dir)
+    maps.configure_node(pin_dir, 3, REGISTRY.assignment(arch, {"buffer_bytes": 100_000}), ports)
+    got = bpf.trace_run(pin_dir, 3, [(bpf.OPTSW_EGRESS, t, ln, p, 0, "10.0.0.2") for t, ln, p in trace],
+                        reads_waiting=True)
+    assert [g["cb0"] for g in got] == [CUT, BUFFER, BUFFER]
 
 
 @pytest.mark.root

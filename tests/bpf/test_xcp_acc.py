@@ -35,9 +35,11 @@ def _ports(n: int, *, peer_host: tuple[int, ...] = (), prop_ns: int = 0) -> list
     return [PortConfig(PS, prop_ns=prop_ns, peer_host=p in peer_host) for p in range(n)]
 
 
-def _egress(pin_dir, trace: list[tuple[int, int, int]]) -> list[dict]:
-    """(arrival ns, frame bytes, output port) through the egress program of NODE."""
-    return bpf.trace_run(pin_dir, NODE, [(bpf.OPTSW_EGRESS, t, ln, p, 0, "10.0.0.2") for t, ln, p in trace])
+def _egress(pin_dir, trace: list[tuple[int, int, int]], *, reads_waiting: bool = False) -> list[dict]:
+    """(arrival ns, frame bytes, output port) through the egress program of NODE
+    (``reads_waiting``: its architecture's, True for ob)."""
+    return bpf.trace_run(pin_dir, NODE, [(bpf.OPTSW_EGRESS, t, ln, p, 0, "10.0.0.2") for t, ln, p in trace],
+                         reads_waiting=reads_waiting)
 
 
 def _acc(pin_dir, n_ports: int) -> dict[int, list[AccSlot]]:
@@ -78,7 +80,7 @@ def _ob(pin_dir, xcp: XcpConfig | None) -> list[dict]:
     maps.configure_node(pin_dir, NODE, REGISTRY.assignment("ob", {"buffer_bytes": 2000}), _ports(3))
     if xcp is not None:
         maps.configure_xcp(pin_dir, {NODE: xcp})
-    return _egress(pin_dir, [p for p, _ in OB_TRACE])
+    return _egress(pin_dir, [p for p, _ in OB_TRACE], reads_waiting=True)
 
 
 @pytest.mark.root
@@ -125,7 +127,8 @@ def test_interval_k_plus_4_takes_over_slot_k(pin_dir):
     _ob(pin_dir, XcpConfig(True, E, D_E))
     k5 = E + 5 * D_E
     got = _egress(pin_dir, [(k5 + 7, 800, 1),       # free: backlog 0; busy until k5 + 807
-                            (k5 + 100, 800, 1)])    # backlog 707
+                            (k5 + 100, 800, 1)],    # backlog 707
+                  reads_waiting=True)
     assert [g["cb0"] for g in got] == [CUT, BUFFER]
     _only(_acc(pin_dir, 3), {**OB_ACC, (1, 1): AccSlot(5, bytes=1600, packets=2, drops=0, qmin_ns=0)})
     assert layout.acc_interval(_acc(pin_dir, 3)[1], 1) == AccSlot(1)  # interval 1 of port 1 is gone

@@ -266,6 +266,13 @@ def test_every_architecture_has_its_bpf_header_and_no_other_list_exists():
     assert "OPTSW_MODEL_" not in program and '#include "optsw_archs.h"' in program
 
 
+def test_the_architectures_that_read_what_waits_are_those_whose_decision_does():
+    """reads_waiting (the rodata their nodes' programs load with) is set exactly for the
+    headers whose decision calls optical_ram_decide."""
+    reads = {a.name for a in REGISTRY if "optical_ram_decide(" in (EBPF / "arch" / f"{a.bpf}.h").read_text()}
+    assert reads == {a.name for a in REGISTRY if a.reads_waiting} == {"ob", "sb", "wcsb"}
+
+
 def test_generated_dispatch_lists_every_code_once_and_the_build_used_it():
     text = archgen.render()
     decide = r"if \(arch == (\d+)\) /\* (\S+) \*/\s+return optsw_\w+_decide\("
@@ -365,6 +372,32 @@ def test_reconfigure_gives_each_node_its_own_architecture(monkeypatch):
     assert tc == []  # the same mechanism (fq) stays installed
     fab.reconfigure_switches(parse("hybrid:2"))
     assert [c.assignment.spec for c in written[-1]] == ["nic"] * 3 + ["hybrid:2"] * 2
+
+
+def test_reconfigure_reloads_the_programs_of_a_node_whose_architecture_starts_or_stops_reading_what_waits(
+        monkeypatch):
+    """ob/sb/wcsb's egress scans the occupancy before deciding (rodata tb_reads_waiting):
+    a node switching to or from one of them gets its programs loaded anew, once, with
+    the flag; the others and a node not attached yet are left alone."""
+    fab, written, _ = _fabric(monkeypatch)
+    reloads = []
+
+    def reload(ledger, pin, nodes, generation):
+        reloads.append(([(n.node_id, n.reads_waiting, [r["prog_id"] for r in old]) for n, old in nodes], generation))
+        return [[dict(r, prog_id=r["prog_id"] + 100) for r in old] for _, old in nodes]
+
+    monkeypatch.setattr(fabric.bpf, "reload_nodes", reload)
+    for np in fab.nodes.values():
+        if np.name != "s1":  # s1: not attached yet (nothing to reload; its setup loads it)
+            np.attached = [{"dev": np.devs[0], "dir": "egress", "prog_id": np.node_id}]
+    fab.reconfigure({"s1": parse("sb:1500"), "s2": parse("ob:1500", 3)})
+    assert reloads == [([(4, True, [4])], 1)]
+    assert fab.nodes["s2"].attached[0]["prog_id"] == 104 and fab.nodes["s2"].loaded_reads_waiting
+    fab.reconfigure({"s2": parse("wcsb:3000", 3)})       # still reads what waits: nothing to do
+    assert len(reloads) == 1
+    fab.reconfigure({"s2": parse("hybrid:1", 3)})
+    assert reloads[1] == ([(4, False, [104])], 2) and not fab.nodes["s2"].loaded_reads_waiting
+    assert [c.assignment.spec for c in written[-1]][3:] == ["sb:1500", "hybrid:1"]
 
 
 @pytest.mark.parametrize("assignments,match", [
