@@ -92,7 +92,8 @@ def test_a_k4_fat_tree_attaches_every_node_with_one_loader_start(loader, no_kern
     loads, attach = loader.ops("load"), loader.ops("attach")
     obj = str(bpf.EBPF_DIR / "optswitch.bpf.o")
     assert loads == [["load", obj, str(pin), str(pin / "progs" / f"node{np.node_id}"), f"tb_node_id={np.node_id}",
-                      f"tb_is_switch={int(np.role != 'host')}", "tb_test_mode=0"] for np in fab.nodes.values()]
+                      f"tb_is_switch={int(np.role != 'host')}", "tb_test_mode=0",
+                      f"tb_reads_waiting={int(np.assignment.arch.reads_waiting)}"] for np in fab.nodes.values()]
     assert attach == [["attach", np.netns, dev, d, f"@optsw_{d}"]
                       for np in fab.nodes.values() for dev in np.devs for d in ("ingress", "egress")]
     # every port's ifindex is its device's, as the loader reported it
