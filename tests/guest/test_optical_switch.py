@@ -169,6 +169,26 @@ def test_two_senders_into_one_output(star2, model, n_e, expect):
     _contended_output_outcome(emu, 4, expect)
 
 
+def test_an_optical_ram_architecture_gets_programs_that_read_what_waits(star2):
+    """star2's switch was loaded for an architecture that does not read what waits in it
+    (no occupancy scan before deciding). Reconfigured to ob, s1's programs are loaded
+    anew with tb_reads_waiting (bpf.reload_nodes), so a big ob buffer admits every
+    contended packet (without the reload the three finding the output busy would be
+    dropped and counted unmodelled); reconfigured back, loaded anew again, the
+    all-optical outcome."""
+    for spec, expect in (("ob:150000", (1, 3, 0)), ("all-optical", (2, 0, 2))):
+        emu = _reconfigured(star2, parse(spec))
+        assert emu.optical.nodes["s1"].loaded_reads_waiting == parse(spec).arch.reads_waiting
+        dst = emu["h0"].ip
+        s1, s2 = _udp_socket(emu["h1"].netns), _udp_socket(emu["h2"].netns)
+        data = bytes(PAYLOAD)
+        s1.sendto(data, (dst, 9))
+        s1.sendto(data, (dst, 9))
+        s2.sendto(data, (dst, 9))
+        s2.sendto(data, (dst, 9))
+        assert _contended_output_outcome(emu, 4, expect)["unmodelled"] == 0
+
+
 @pytest.mark.parametrize("arch,expect", [("ob:1500", (1, 1, 3)), ("ob:150000", (1, 4, 0))])
 def test_optical_ram_output_buffer_on_one_burst(star5, arch, expect):
     """The same burst of five simultaneous 1500 B IP packets (one per sender) for h0:
