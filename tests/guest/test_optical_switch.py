@@ -145,6 +145,16 @@ def _contended_output_outcome(emu, total: int, expect: tuple[int, int, int]) -> 
     return r
 
 
+def _two_senders_two_packets(emu) -> None:
+    """h1: a1, a2 back to back (its NIC spaces them by tau); h2: b1, b2 likewise,
+    microseconds later: a1 b1 a2 b2 reach s1's port to h0 interleaved within tau."""
+    dst = emu["h0"].ip
+    s1, s2 = _udp_socket(emu["h1"].netns), _udp_socket(emu["h2"].netns)
+    data = bytes(PAYLOAD)
+    for s in (s1, s1, s2, s2):
+        s.sendto(data, (dst, 9))
+
+
 @pytest.mark.parametrize("model,n_e,expect", [
     ("all-optical", 0, (2, 0, 2)),   # (cut-through, buffered, dropped) at the contended output
     # a1 cuts through; b1 is buffered; a2 finds the output committed to b1 and the one
@@ -157,15 +167,7 @@ def _contended_output_outcome(emu, total: int, expect: tuple[int, int, int]) -> 
 ])
 def test_two_senders_into_one_output(star2, model, n_e, expect):
     emu = _reconfigured(star2, from_model(model, n_e))
-    dst = emu["h0"].ip
-    s1, s2 = _udp_socket(emu["h1"].netns), _udp_socket(emu["h2"].netns)
-    data = bytes(PAYLOAD)
-    # h1: a1, a2 back to back (its NIC spaces them by tau); h2: b1, b2 likewise,
-    # microseconds later: a1 b1 a2 b2 reach s1's port to h0 interleaved within tau.
-    s1.sendto(data, (dst, 9))
-    s1.sendto(data, (dst, 9))
-    s2.sendto(data, (dst, 9))
-    s2.sendto(data, (dst, 9))
+    _two_senders_two_packets(emu)
     _contended_output_outcome(emu, 4, expect)
 
 
@@ -179,13 +181,7 @@ def test_an_optical_ram_architecture_gets_programs_that_read_what_waits(star2):
     for spec, expect in (("ob:150000", (1, 3, 0)), ("all-optical", (2, 0, 2))):
         emu = _reconfigured(star2, parse(spec))
         assert emu.optical.nodes["s1"].loaded_reads_waiting == parse(spec).arch.reads_waiting
-        dst = emu["h0"].ip
-        s1, s2 = _udp_socket(emu["h1"].netns), _udp_socket(emu["h2"].netns)
-        data = bytes(PAYLOAD)
-        s1.sendto(data, (dst, 9))
-        s1.sendto(data, (dst, 9))
-        s2.sendto(data, (dst, 9))
-        s2.sendto(data, (dst, 9))
+        _two_senders_two_packets(emu)
         assert _contended_output_outcome(emu, 4, expect)["unmodelled"] == 0
 
 
