@@ -107,10 +107,9 @@ class NodePorts:
     lookahead_ns: int | None = None
     ifindex_of_port: dict[int, int] | None = None  # known once the programs are attached
     #: its optswitch attachments (bpf.attach_nodes rows), empty until attached, and
-    #: the reads_waiting its programs were loaded with, how many reloads they had
+    #: the reads_waiting its programs were loaded with
     attached: list[dict] = dataclasses.field(default_factory=list)
     loaded_reads_waiting: bool = False
-    reloads: int = 0
     mechanism: Mechanism | None = None  # installed by OpticalFabric.setup
     options: object = None  # the options it was installed with
 
@@ -165,6 +164,7 @@ class OpticalFabric:
     def __init__(self, emu: EmulationView, switches: Sequence[str], hosts: Sequence[str]) -> None:
         self.emu = emu
         self.pin_dir = bpf.PIN_ROOT / f"{emu.token}-optical"
+        self._reloads = 0  # program reloads so far (bpf.reload_nodes' generation)
         switches = sorted(switches)
         self.switches = switches
         # neighbours per node: port index -> (peer node, link info)
@@ -310,11 +310,11 @@ class OpticalFabric:
                  if np.attached and np.loaded_reads_waiting != np.assignment.arch.reads_waiting]
         if not stale:
             return
-        generation = max(np.reloads for np in stale) + 1
+        self._reloads += 1
         fresh = bpf.reload_nodes(self.emu.ledger, self.pin_dir,
-                                 [(self._attachment(np), np.attached) for np in stale], generation)
+                                 [(self._attachment(np), np.attached) for np in stale], self._reloads)
         for np, att in zip(stale, fresh):
-            np.attached, np.loaded_reads_waiting, np.reloads = att, np.assignment.arch.reads_waiting, generation
+            np.attached, np.loaded_reads_waiting = att, np.assignment.arch.reads_waiting
 
     def _write_configs(self) -> None:
         maps.configure_nodes(self.pin_dir, [

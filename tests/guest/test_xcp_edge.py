@@ -8,9 +8,9 @@ Set-up: ``topologies.nsfnet.OpsMesh`` on a hand-made ``CoreGraph``: core nodes c
 emulation); cores ``ob`` with B = 375 kB per output (250 IP packets: no drop, the
 reference's largest queue is about 100 packets at the start's overshoot; the occupancy
 stays below the 1024 packets waiting at once the BPF tracks exactly), edges ``xcp-edge``
-(0.25 s wait bound), one route per pair. XCP is set up exactly as ``e5-optram`` does per point (``testbed.families._e5_xcp.start``: the
-plan, the pacers' classes with R_0 = C / 5 (five other edges), the epoch E, the
-accumulators and class map, the agent's margin M_x; the agent as ``XcpAgentProcess``)
+(0.25 s wait bound), one route per pair. XCP is set up exactly as ``e5-optram`` does per
+point (``testbed.families._e5_xcp.start``: the plan, the pacers' classes with R_0 = C / 5
+(five other edges), the epoch E, the accumulators and class map, the agent's margin M_x; the agent as ``XcpAgentProcess``)
 with the family's default XCP parameters (the paper's alpha 0.4, beta 0.226, gamma 0.1,
 d = 50 ms: d_e = 1 s; Delta = ``xcp_rate_delay``).
 
