@@ -13,6 +13,7 @@ import pandas as pd
 
 from analysis import findings as findings_mod
 from testbed import families
+from testbed.family import Family
 from testbed.metrics import check_columns
 from testbed.results import RunStore, atomic_write, config_family
 
@@ -85,11 +86,30 @@ def _apply_exclusions(frames: dict[str, pd.DataFrame], exclude: list[Exclusion])
     return dropped
 
 
+def _fill_absent_params(frames: dict[str, pd.DataFrame], family: type[Family]) -> dict[str, dict[str, object]]:
+    """Give each summary in ``frames`` (in place) the parameter columns another summary
+    has and it lacks, where the family's parameter says what runs made before it existed
+    used (``Param.before_added``); otherwise their rows would differ from the others in a
+    parameter they did not differ in (E5's flows_of_scale, added on 2026-11-30). Returns
+    the values filled per folder name."""
+    present = set().union(*(f.columns for f in frames.values())) if frames else set()
+    known = {p.name: p.before_added for p in family.params if p.before_added is not None and p.name in present}
+    filled: dict[str, dict[str, object]] = {}
+    for name, f in frames.items():
+        cols = {k: v for k, v in known.items() if k not in f.columns}
+        if cols:
+            frames[name] = f.assign(**cols)
+            filled[name] = cols
+    return filled
+
+
 def combine(runs: list[Path], out: Path, exclude: list[Exclusion] | None = None) -> Path:
     """One report over several results folders of the same family, in ``out``: their
     summaries concatenated (a ``run`` column names the source folder), less the rows
-    ``exclude`` names, a config naming the family, the runs and the exclusions,
-    ``sources.json`` (each run's experiment, D, git sha, rows excluded), then
+    ``exclude`` names, with the parameter columns a summary from before a parameter
+    existed lacks (:func:`_fill_absent_params`), a config naming the family, the runs, the
+    exclusions and the filled columns, ``sources.json`` (each run's experiment, D, git
+    sha, rows excluded, columns filled), then
     :func:`generate`. For findings whose points were run as separate definitions (e.g.
     the E1 findings subset, one folder per block).
 
@@ -123,11 +143,15 @@ def combine(runs: list[Path], out: Path, exclude: list[Exclusion] | None = None)
     if (out / "config.json").exists() and not (out / SOURCES).exists():
         raise CombineError(f"{out} is a run's results folder, not a combined report: choose another --out")
     dropped = _apply_exclusions(frames, list(exclude or []))
+    filled = _fill_absent_params(frames, families.load(next(iter(names)), "experiment.family"))
     for src in sources:
         src["excluded"] = {k: n for k, n in dropped.items() if k.startswith(Path(src["folder"]).name + ": ")}
+        src["filled"] = filled.get(Path(src["folder"]).name, {})
     out.mkdir(parents=True, exist_ok=True)
     tdfs = sorted({c["run"]["tdf"] for c in configs})
     left_out = "; rows left out: " + "; ".join(f"{k} ({n})" for k, n in dropped.items()) if dropped else ""
+    left_out += "".join(f"; {name}'s summary has no {k} (run before it existed): read as {v!r}"
+                        for name, cols in filled.items() for k, v in cols.items())
     config = {"experiment": {"name": "combined: " + " + ".join(sorted({c["experiment"]["name"] for c in configs})),
                              "family": names.pop(),
                              "description": f"{len(runs)} runs combined: " + ", ".join(str(r) for r in runs)

@@ -28,6 +28,9 @@ class Param:
     ``lo``/``hi`` bound the SI value (quantities) or the number; ``lo_open`` excludes lo.
     ``keywords``: words accepted in place of a number (e.g. "stable" for a value the
     family derives from others); parsed as the word itself.
+    ``before_added``: the value that describes runs made before the parameter existed
+    (the code then behaved as with it), so a summary without its column reads as this
+    when reports combine folders (``analysis.report.combine``); None when no value does.
     """
 
     name: str
@@ -39,6 +42,7 @@ class Param:
     lo_open: bool = False
     choices: tuple[str, ...] = ()
     keywords: tuple[str, ...] = ()
+    before_added: Any = None
 
     def accepted(self) -> str:
         words = "".join(f" or {w!r}" for w in self.keywords)

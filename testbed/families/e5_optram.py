@@ -192,10 +192,10 @@ class E5OpticalRam(FlowFamily):
         Param("flows_of_scale", "int", 0, "0: the point's own flows; k (1 .. scale): the flows drawn for scale k, "
               "of which a random flows / scale are kept, so that a point's flows are a subset of those of any "
               "smaller scale with the same seed and k, with the same ids (the scale check; docs/e5.md)",
-              lo=0, hi=10_000),
+              lo=0, hi=10_000, before_added=0),
         Param("common_scale", "int", 0, "0: none; k (scale .. 10000, with flows_of_scale): also measure the "
               "goodput of the flows a point at scale k has (goodput_common_Bps), the flows shared by every "
-              "scale up to k", lo=0, hi=10_000),
+              "scale up to k", lo=0, hi=10_000, before_added=0),
         Param("rate", Dim.RATE, "1 Gbit/s", "every link's rate at scale 1 (paper: 1 Gb/s)", lo=0, lo_open=True,
               hi=100e9),
         Param("duration", Dim.TIME, "40 s", "run length; flows enter during all of it (paper: 40 s)",
