@@ -86,19 +86,37 @@ def _apply_exclusions(frames: dict[str, pd.DataFrame], exclude: list[Exclusion])
     return dropped
 
 
+def fill_before_added(summary: pd.DataFrame, family: type[Family]) -> dict[str, tuple[object, int]]:
+    """Fill, in place, the empty cells of ``summary``'s parameter columns whose parameter
+    says what runs made before it existed used (``Param.before_added``): rows written
+    before the parameter was added (a folder resumed across its addition, or a summary
+    combined with newer ones) would otherwise differ from the others in a parameter they
+    did not differ in and be left out of the analysis' context (E5's flows_of_scale, added
+    on 2026-11-30). Returns {parameter: (value read, cells filled)} for those filled."""
+    filled: dict[str, tuple[object, int]] = {}
+    for p in family.params:
+        if p.before_added is None or p.name not in summary.columns:
+            continue
+        empty = summary[p.name].isna()
+        if empty.any():
+            summary[p.name] = summary[p.name].astype(object).where(~empty, p.before_added).infer_objects()
+            filled[p.name] = (p.before_added, int(empty.sum()))
+    return filled
+
+
 def _fill_absent_params(frames: dict[str, pd.DataFrame], family: type[Family]) -> dict[str, dict[str, object]]:
     """Give each summary in ``frames`` (in place) the parameter columns another summary
-    has and it lacks, where the family's parameter says what runs made before it existed
-    used (``Param.before_added``); otherwise their rows would differ from the others in a
-    parameter they did not differ in (E5's flows_of_scale, added on 2026-11-30). Returns
-    the values filled per folder name."""
+    has and it lacks, and read those and its own empty cells as :func:`fill_before_added`
+    does; parameters without ``before_added`` are not given. Returns the values filled per
+    folder name."""
     present = set().union(*(f.columns for f in frames.values())) if frames else set()
-    known = {p.name: p.before_added for p in family.params if p.before_added is not None and p.name in present}
     filled: dict[str, dict[str, object]] = {}
     for name, f in frames.items():
-        cols = {k: v for k, v in known.items() if k not in f.columns}
+        absent = [p.name for p in family.params if p.before_added is not None and p.name in present - set(f.columns)]
+        f = f.assign(**{c: math.nan for c in absent})
+        cols = {k: v for k, (v, _) in fill_before_added(f, family).items()}
+        frames[name] = f
         if cols:
-            frames[name] = f.assign(**cols)
             filled[name] = cols
     return filled
 
@@ -150,7 +168,7 @@ def combine(runs: list[Path], out: Path, exclude: list[Exclusion] | None = None)
     out.mkdir(parents=True, exist_ok=True)
     tdfs = sorted({c["run"]["tdf"] for c in configs})
     left_out = "; rows left out: " + "; ".join(f"{k} ({n})" for k, n in dropped.items()) if dropped else ""
-    left_out += "".join(f"; {name}'s summary has no {k} (run before it existed): read as {v!r}"
+    left_out += "".join(f"; {name}'s rows without {k} (run before it existed): read as {v!r}"
                         for name, cols in filled.items() for k, v in cols.items())
     config = {"experiment": {"name": "combined: " + " + ".join(sorted({c["experiment"]["name"] for c in configs})),
                              "family": names.pop(),
@@ -264,10 +282,14 @@ def generate(results: Path) -> Path:
         summary = pd.DataFrame()
     figures: list[Path] = []
     tables: list[tuple[str, pd.DataFrame]] = []
+    before_added: list[str] = []
     if not summary.empty:
         for name in check_columns(family.metrics, summary.columns, str(summary_path)):
             log.info("%s: no column %s (added to the family later): read as empty", summary_path, name)
             summary[name] = math.nan
+        for name, (value, n) in fill_before_added(summary, family).items():
+            log.info("%s: %d rows without %s (run before it existed): read as %r", summary_path, n, name, value)
+            before_added.append(f"{n} rows without {name} (run before it existed): read as {value!r}")
         figures, tables = family.analysis().analyse(summary, config, out)
     for i, (title, table) in enumerate(tables):
         table.to_csv(out / f"table{i + 1}.csv", index=False)
@@ -290,6 +312,8 @@ def generate(results: Path) -> Path:
              f"{e(_shas(results, env))}</p>",
              "<p><a href='../config.json'>config.json</a> · <a href='../manifest.json'>manifest.json</a> · "
              "<a href='../summary.csv'>summary.csv</a> · <a href='../logs/run.log'>run log</a></p>"]
+    if before_added:
+        parts.append(f"<p><strong>{e('; '.join(before_added))}</strong></p>")
     if not env.empty:
         env.to_csv(out / "environments.csv", index=False)
         note = environments_note(env)

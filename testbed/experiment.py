@@ -29,8 +29,9 @@ class Param:
     ``keywords``: words accepted in place of a number (e.g. "stable" for a value the
     family derives from others); parsed as the word itself.
     ``before_added``: the value that describes runs made before the parameter existed
-    (the code then behaved as with it), so a summary without its column reads as this
-    when reports combine folders (``analysis.report.combine``); None when no value does.
+    (the code then behaved as with it), so a summary without its column, or with empty
+    cells in it, reads as this in reports (``analysis.report.fill_before_added``); None
+    when no value does.
     """
 
     name: str

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.report import SOURCES, CombineError, Exclusion, _fill_absent_params, combine
+from analysis.report import SOURCES, CombineError, Exclusion, _fill_absent_params, combine, generate
 from testbed.families.e1_fattree import E1FatTree
 
 
@@ -107,6 +107,25 @@ def test_cli_exclude_bad_value_exits_2_and_creates_nothing(tmp_path):
     assert not (tmp_path / "c").exists()
 
 
+def _e5_rows(extra: dict[str, object], buffer: str) -> list[dict[str, object]]:
+    """Three E5 summary rows at SB / ``buffer`` without flows_of_scale and common_scale,
+    plus ``extra``."""
+    from testbed.families.e5_optram import E5OpticalRam
+    base = {p.name: p.default for p in E5OpticalRam.params if p.name not in ("flows_of_scale", "common_scale")}
+    metrics = {m.name: float("nan") for m in E5OpticalRam.metrics}
+    return [{**base, **metrics, **extra, "arch": "sb", "pacing": "none", "buffer": buffer, "rep": r, "seed": 1000 + r,
+             "goodput_per_flow_Bps": 5e5 + r, "core_drop_rate": 0.01} for r in range(3)]
+
+
+def _e5_run(root: Path, name: str, rows: list[dict[str, object]]) -> Path:
+    run = root / name
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"experiment": {"name": "e5-paper", "family": "e5-optram"},
+                                                 "run": {"tdf": 20}}))
+    pd.DataFrame(rows).to_csv(run / "summary.csv", index=False)
+    return run
+
+
 def test_a_parameter_added_later_is_read_as_its_value_from_before(tmp_path):
     """E5's block SB ran before ``flows_of_scale`` / ``common_scale`` existed (0 = the
     behaviour then), block-sb-big after: without filling, block-sb-big's rows formed
@@ -114,26 +133,14 @@ def test_a_parameter_added_later_is_read_as_its_value_from_before(tmp_path):
     ``before_added`` is not filled (its rows stay apart, listed as left out)."""
     from testbed.families.e5_optram import E5OpticalRam
 
-    def e5_run(name: str, extra: dict[str, object], buffer: str) -> Path:
-        run = tmp_path / name
-        run.mkdir()
-        (run / "config.json").write_text(json.dumps({"experiment": {"name": "e5-paper", "family": "e5-optram"},
-                                                     "run": {"tdf": 20}}))
-        base = {p.name: p.default for p in E5OpticalRam.params if p.name not in ("flows_of_scale", "common_scale")}
-        metrics = {m.name: float("nan") for m in E5OpticalRam.metrics}
-        rows = [{**base, **metrics, **extra, "arch": "sb", "pacing": "none", "buffer": buffer, "rep": r, "seed": 1000 + r,
-                 "goodput_per_flow_Bps": 5e5 + r, "core_drop_rate": 0.01} for r in range(3)]
-        pd.DataFrame(rows).to_csv(run / "summary.csv", index=False)
-        return run
-
-    old = e5_run("old", {}, "1.5 kB")
-    new = e5_run("new", {"flows_of_scale": 0, "common_scale": 0}, "45 kB")
+    old = _e5_run(tmp_path, "old", _e5_rows({}, "1.5 kB"))
+    new = _e5_run(tmp_path, "new", _e5_rows({"flows_of_scale": 0, "common_scale": 0}, "45 kB"))
     combine([old, new], tmp_path / "c")
     summary = pd.read_csv(tmp_path / "c" / "summary.csv")
     assert summary["flows_of_scale"].tolist() == [0] * 6 and summary["common_scale"].tolist() == [0] * 6
     sources = json.loads((tmp_path / "c" / SOURCES).read_text())
     assert [s["filled"] for s in sources] == [{"flows_of_scale": 0, "common_scale": 0}, {}]
-    assert "old's summary has no flows_of_scale (run before it existed): read as 0" in \
+    assert "old's rows without flows_of_scale (run before it existed): read as 0" in \
         json.loads((tmp_path / "c" / "config.json").read_text())["experiment"]["description"]
     points = pd.read_csv(tmp_path / "c" / "report" / "table1.csv")
     assert sorted(set(points["buffer"].astype(str))) == ["1.5 kB", "45 kB"], points.to_dict()
@@ -142,3 +149,17 @@ def test_a_parameter_added_later_is_read_as_its_value_from_before(tmp_path):
     frames = {"a": pd.DataFrame({"rep": [0]}), "b": pd.DataFrame({"rep": [0], "cca": ["reno"], "common_scale": [0]})}
     assert _fill_absent_params(frames, E5OpticalRam) == {"a": {"common_scale": 0}}
     assert list(frames["a"].columns) == ["rep", "common_scale"]
+
+
+def test_one_folder_resumed_across_a_parameter_added_is_read_whole(tmp_path):
+    """A folder resumed after a parameter was added has empty cells in its column for the
+    older rows (summary.csv is rewritten from every point's summary): the report reads
+    them as ``before_added`` and says so, rather than leaving those rows out."""
+    run = _e5_run(tmp_path, "resumed", _e5_rows({}, "1.5 kB") + _e5_rows({"flows_of_scale": 0, "common_scale": 0},
+                                                                         "45 kB"))
+    assert pd.read_csv(run / "summary.csv")["flows_of_scale"].isna().sum() == 3
+    index = generate(run)
+    points = pd.read_csv(run / "report" / "table1.csv")
+    assert sorted(set(points["buffer"].astype(str))) == ["1.5 kB", "45 kB"], points.to_dict()
+    assert "3 rows without flows_of_scale (run before it existed): read as 0" in index.read_text()
+    assert not list((run / "report").glob("*left*"))
