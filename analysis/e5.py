@@ -38,7 +38,8 @@ runs not exact or beyond the fidelity bound, for XCP points how often the edge p
 held their macroflows back in the window (``analysis.e5_pacers``; it reads each run's
 ``xcp_rates.csv``, ``xcp.json`` and ``traffic/stats-h*.json``), every comparison of F1, F2, F3 and F4d (and
 of P1-P3 with sweeps) read as independent samples (the verdicts' rule) and paired by seed
-(a second reading: ``analysis.e5_findings.comparison_table``), the scale check and the
+(a second reading: ``analysis.e5_findings.comparison_table``), the scale check (with
+nested flows also the shared flows' RTTs per seed, ``analysis.e5_scale_rtt``) and the
 rows left out (when there are any), and the findings last (``analysis.e5_findings``; also
 ``findings.csv`` / ``findings.md``).
 """
@@ -57,7 +58,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from analysis import e5_pacers, e5_xcp_params, findings  # noqa: E402
+from analysis import e5_pacers, e5_scale_rtt, e5_xcp_params, findings  # noqa: E402
 from analysis.e5_findings import (BUFFER_COL, DROPS, FIDELITY_BOUND, GOODPUT, MSS_B, PAPER_RANGE,  # noqa: E402
                                   arch_name, archs, buffers, comparison_table, evaluate, exactness_faults,
                                   flagged, not_exact, pacing_name, pacings, pair_values, prepare, rows,
@@ -468,6 +469,13 @@ def analyse(summary: pd.DataFrame, config: dict, out: Path) -> tuple[list[Path],
     if not scales.empty:
         tables.append(("Scale invariance: per-flow goodput at each scale against the smallest (Fieller's 95 % "
                        "interval of the ratio)", scales))
+        rtts, rtt_unread = e5_scale_rtt.table(readable, out.parent)
+        if not rtts.empty:
+            tables.append(("Scale: the shared flows' smoothed RTT at each scale, per seed, and the goodput ratio the "
+                           "RTTs alone predict for window-limited flows (an observation defined after the nested "
+                           "check's results, not a verdict: analysis/e5_scale_rtt.py)", rtts))
+        if not rtt_unread.empty:
+            tables.append((f"Scale runs whose flows could not be read ({len(rtt_unread)})", rtt_unread))
     if sweeps:
         figs += e5_xcp_params.figures(sweeps, out)
         tables.append((f"XCP parameters (cf. paper Fig. 4; {len(in_sweeps)} runs, not in the figures and tables "

@@ -119,15 +119,35 @@ class CoreGraph:
 
     def connected(self) -> bool:
         """Whether every core node reaches every other over the core links."""
+        return len(self.hops_from(0)) == self.core_nodes
+
+    def hops_from(self, node: int) -> dict[int, int]:
+        """Core node -> its number of core links from ``node`` (the nodes it reaches)."""
         adj = self.adjacency()
-        seen = {0}
-        todo = deque([0])
+        hops = {node: 0}
+        todo = deque([node])
         while todo:
-            for v, _ in adj[todo.popleft()]:
-                if v not in seen:
-                    seen.add(v)
+            u = todo.popleft()
+            for v, _ in adj[u]:
+                if v not in hops:
+                    hops[v] = hops[u] + 1
                     todo.append(v)
-        return len(seen) == self.core_nodes
+        return hops
+
+    def min_hop_delays(self, a: int, b: int) -> tuple[float, float]:
+        """The least and the largest one-way delay (s) over the minimum-hop paths between
+        core nodes ``a`` and ``b`` (the emulation routes on one of them). Raises
+        ValueError when ``b`` is not reachable from ``a``."""
+        from_a, from_b = self.hops_from(a), self.hops_from(b)
+        if b not in from_a:
+            raise ValueError(f"core node {b} is not reachable from {a}")
+        on_path = sorted((n for n in from_a if from_a[n] + from_b.get(n, -10**9) == from_a[b]), key=from_a.get)
+        lo, hi = {a: 0.0}, {a: 0.0}
+        adj = self.adjacency()
+        for v in on_path[1:]:
+            before = [(lo[u] + d, hi[u] + d) for u, d in adj[v] if u in lo and from_a[u] == from_a[v] - 1]
+            lo[v], hi[v] = min(x for x, _ in before), max(y for _, y in before)
+        return lo[b], hi[b]
 
     def ports(self, node: int) -> int:
         """Ports of core node ``node``: its core links and its edge nodes."""
