@@ -24,8 +24,9 @@ Per pair:
 - the ratio the RTTs alone predict: sum over flows of goodput_small x srtt_small /
   srtt_large, over the sum of goodput_small (each flow's goodput scaled by its own RTT
   ratio, as a window-limited flow's would be);
-- the median effective window, goodput x srtt / MSS (segments), at each scale: near
-  ``cwnd_limit`` where the flows are window-limited, as the prediction assumes;
+- the median effective window, goodput x srtt / MSS (segments; the MSS the run used,
+  ``schedule-meta.json``), at each scale: near ``cwnd_limit`` where the flows are
+  window-limited, as the prediction assumes;
 - the shared flows' mean propagation RTT (twice the core path's delay and the two edge
   links'; host links have none), as a range: the least and the largest over each pair's
   minimum-hop paths (the emulation's ``pair`` routing takes one of them, the lowest
@@ -35,6 +36,7 @@ Per pair:
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,8 +44,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.report import source_folders
-from testbed.families.e5_optram import MSS, graph
-from topologies.nsfnet import CoreGraph
+from topologies.nsfnet import CoreGraph, network
 from testbed.units import Dim, Quantity, UnitError
 
 #: the summary column whose presence marks a nested scale check's runs
@@ -83,6 +84,12 @@ def _measured(folder: Path, window_start_s: float) -> pd.DataFrame:
     return f.set_index("flow")[["src", "dst", "goodput_Bps", "srtt_s"]]
 
 
+def _mss(folder: Path) -> int:
+    """The MSS (bytes) a point's flows used (``schedule-meta.json``). Raises OSError,
+    ValueError (not JSON) or KeyError."""
+    return int(json.loads((folder / "schedule-meta.json").read_text())["mss"])
+
+
 def _edge_index(host: str) -> int:
     """The edge node a host sits behind: ``h<j>`` or ``h<j>x<k>`` -> j. Raises
     ValueError for another name."""
@@ -107,8 +114,9 @@ def propagation_rtt(net: CoreGraph, src: str, dst: str) -> tuple[float, float]:
 def read_pair(large: Path, small: Path, window_start_s: float, net: CoreGraph | None = None) -> RunPair:
     """The shared flows of two point folders of one seed (``large``: the larger scale's,
     whose flows ``small`` also has); ``window_start_s`` in paper seconds; ``net`` the
-    network, for the propagation RTTs. Raises OSError or KeyError as :func:`_measured`,
-    ValueError when no flow is measured in both or a host is not of ``net``."""
+    network, for the propagation RTTs. Raises OSError or KeyError as :func:`_measured`
+    and :func:`_mss`, ValueError when no flow is measured in both, a host is not of
+    ``net`` or a schedule-meta.json is not JSON."""
     m = _measured(large, window_start_s).join(_measured(small, window_start_s).drop(columns=["src", "dst"]),
                                               lsuffix="_l", rsuffix="_s", how="inner")
     if m.empty:
@@ -120,8 +128,8 @@ def read_pair(large: Path, small: Path, window_start_s: float, net: CoreGraph | 
     return RunPair(flows=len(m), srtt_large=float(m["srtt_s_l"].mean()), srtt_small=float(m["srtt_s_s"].mean()),
                    goodput_large=float(m["goodput_Bps_l"].mean()), goodput_small=float(m["goodput_Bps_s"].mean()),
                    predicted=predicted,
-                   window_large=float((m["goodput_Bps_l"] * m["srtt_s_l"] / MSS).median()),
-                   window_small=float((m["goodput_Bps_s"] * m["srtt_s_s"] / MSS).median()),
+                   window_large=float((m["goodput_Bps_l"] * m["srtt_s_l"] / _mss(large)).median()),
+                   window_small=float((m["goodput_Bps_s"] * m["srtt_s_s"] / _mss(small)).median()),
                    propagation=propagation)
 
 
@@ -137,7 +145,7 @@ def _network(row: pd.Series) -> CoreGraph | None:
     lacks them."""
     if "topology" not in row or pd.isna(row["topology"]):
         return None
-    return graph({"topology": row["topology"], "abilene_nodes": float(row.get("abilene_nodes", math.nan))})
+    return network(str(row["topology"]), float(row.get("abilene_nodes", math.nan)))
 
 
 def table(s: pd.DataFrame, results: Path) -> tuple[pd.DataFrame, pd.DataFrame]:

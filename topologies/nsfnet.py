@@ -240,6 +240,21 @@ def abilene_like(scale: float = 0.05, seed: int = 1) -> CoreGraph:
     return CoreGraph(backbone + access, tuple(links), edge_of)
 
 
+#: the Abilene-like generator's seed in E5 (one network per size, the same for every point)
+ABILENE_SEED = 1
+
+
+def network(topology: str, abilene_nodes: float = 0.05) -> CoreGraph:
+    """E5's core/edge network by name: ``nsfnet`` (paper Fig. 3), or ``abilene`` (the
+    Abilene-like one of ``abilene_nodes``, seed :data:`ABILENE_SEED`). Raises ValueError
+    for another name, TopologyDataError for the generator's bounds."""
+    if topology == "nsfnet":
+        return nsfnet()
+    if topology == "abilene":
+        return abilene_like(abilene_nodes, seed=ABILENE_SEED)
+    raise ValueError(f"topology {topology!r}: accepted nsfnet, abilene")
+
+
 class OpsMesh(Topo):
     """Core nodes, their core links, edge nodes and hosts of a :class:`CoreGraph`
     (default: NSFNET).

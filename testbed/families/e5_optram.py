@@ -85,8 +85,6 @@ CCAS = ("reno", "sack", "cubic")
 TOPOLOGIES = ("nsfnet", "abilene")
 #: the paper's flow counts (III-B: NSFNET, III-C: Abilene), ``flows = "paper"``
 PAPER_FLOWS = {"nsfnet": 1586, "abilene": 2232}
-#: the Abilene-like generator's seed (one network per size, the same for every point)
-ABILENE_SEED = 1
 #: how flows pick among equal minimum-hop paths (``pair``: one static route per destination)
 ROUTINGS = ("flow", "pair")
 
@@ -112,11 +110,9 @@ def profile_name(values: dict[str, Any]) -> str:
 def graph(values: dict[str, Any]) -> "CoreGraph":
     """The point's core/edge network: NSFNET, or the Abilene-like one of
     ``abilene_nodes``. Raises TopologyDataError (the generator's bounds)."""
-    from topologies.nsfnet import abilene_like, nsfnet
+    from topologies.nsfnet import network
 
-    if values["topology"] == "abilene":
-        return abilene_like(values["abilene_nodes"], seed=ABILENE_SEED)
-    return nsfnet()
+    return network(values["topology"], values["abilene_nodes"])
 
 
 def paper_flows(values: dict[str, Any]) -> float:

@@ -4,6 +4,7 @@ Hand-computed cases."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from analysis import e5_scale_rtt
 from topologies.nsfnet import CoreGraph, CoreLink
 
 MS = 1e-3
+MSS_B = 1460
 
 
 def diamond() -> CoreGraph:
@@ -46,8 +48,9 @@ def test_propagation_rtt_is_twice_the_core_path_and_two_edge_links():
 
 def write_point(folder: Path, flows: list[tuple[int, float, float, float]]) -> Path:
     """A point folder whose flows_window.csv has (flow, start_s, goodput_Bps, srtt_s),
-    every flow from h0 to h1."""
+    every flow from h0 to h1, MSS 1460 B."""
     folder.mkdir(parents=True)
+    (folder / "schedule-meta.json").write_text(json.dumps({"mss": MSS_B, "mtu": 1500}))
     pd.DataFrame([{"flow": f, "src": "h0", "dst": "h1", "start_s": t, "status": "incomplete", "window_bytes": g * 2,
                    "goodput_Bps": g, "retrans_segs": 0, "srtt_s": r} for f, t, g, r in flows]) \
         .to_csv(folder / "flows_window.csv", index=False)
@@ -67,7 +70,7 @@ def test_read_pair_pairs_the_flows_measured_at_both_scales(tmp_path):
     assert p.observed == pytest.approx(500 / 550)
     # each flow's smaller-scale goodput times its RTT ratio: 500e3 * 32/40 + 600e3 * 1
     assert p.predicted == pytest.approx((400e3 + 600e3) / 1100e3)
-    assert p.window_large == pytest.approx(((400e3 * 0.04) + (600e3 * 0.03)) / 2 / e5_scale_rtt.MSS)
+    assert p.window_large == pytest.approx(((400e3 * 0.04) + (600e3 * 0.03)) / 2 / MSS_B)
     assert p.propagation == pytest.approx((2 * 3.2 * MS, 2 * 7.2 * MS))
     assert all(math.isnan(v) for v in e5_scale_rtt.read_pair(large, small, 8.0).propagation)
     with pytest.raises(ValueError, match="no flow measured in both"):

@@ -174,3 +174,11 @@ def test_ops_mesh_builds_abilene_like_with_several_hosts():
     assert topo.linkInfo("h0x1", "e0")["rate_bps"] == 10e9
     assert "role" not in topo.nodeInfo("c0")
     assert max(len(name) for name in topo.nodes()) <= 6
+
+
+def test_network_by_name():
+    from topologies.nsfnet import network
+    assert network("nsfnet").core_nodes == 14
+    assert network("abilene", 0.05) == network("abilene", 0.05)      # one network per size
+    with pytest.raises(ValueError, match="accepted nsfnet, abilene"):
+        network("geant")
