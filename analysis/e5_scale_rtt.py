@@ -44,8 +44,8 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.report import source_folders
-from topologies.nsfnet import CoreGraph, network
 from testbed.units import Dim, Quantity, UnitError
+from topologies.nsfnet import CoreGraph, network
 
 #: the summary column whose presence marks a nested scale check's runs
 COMMON = "goodput_common_Bps"
@@ -102,7 +102,7 @@ def _edge_index(host: str) -> int:
 def propagation_rtt(net: CoreGraph, src: str, dst: str) -> tuple[float, float]:
     """The least and largest propagation RTT (s) between hosts ``src`` and ``dst`` over
     the minimum-hop core paths: twice the core delay and two edge links (host links
-    have no propagation: topologies.nsfnet.CoreEdgeTopo). Raises ValueError for a host
+    have no propagation: topologies.nsfnet.OpsMesh). Raises ValueError for a host
     name not of the network's form or an edge node it does not have."""
     i, j = _edge_index(src), _edge_index(dst)
     if max(i, j) >= len(net.edge_of):
@@ -142,7 +142,8 @@ def _window_start(row: pd.Series) -> float:
 
 def _network(row: pd.Series) -> CoreGraph | None:
     """The run's network from its ``topology`` and ``abilene_nodes``; None when the row
-    lacks them."""
+    lacks them. Raises ValueError (TopologyDataError too) for a name or size the
+    generator refuses."""
     if "topology" not in row or pd.isna(row["topology"]):
         return None
     return network(str(row["topology"]), float(row.get("abilene_nodes", math.nan)))
