@@ -138,7 +138,10 @@ class Profile:
     ``rto_min`` (paper time; None = kernel default 200 ms unless the profile lowers it),
     ``initial_window`` (segments 1..1000, route ``initcwnd``; None = the profile's
     default: kernel 10, or 1 for the paper's profiles), ``quickack`` (0 or 1, route
-    ``quickack``: 1 = an ACK for every segment, no delayed ACKs).
+    ``quickack``: 1 = an ACK for every segment, no delayed ACKs), ``timestamps`` (0 or
+    1: ``net.ipv4.tcp_timestamps`` on the host; unset: the kernel's, on; a family that
+    turns them off says so here, so that the records count a full segment's payload as
+    the kernel does, MTU - 40 B instead of MTU - 52 B).
 
     Options of the window-based profiles (not ``saw`` / ``sawl``, which have one
     segment in flight): ``max_window`` (segments 1..65535: the maximum congestion
@@ -168,7 +171,7 @@ class Profile:
     #: options accepted: name -> Dim, "int", or a tuple of the accepted words
     options_spec: ClassVar[dict[str, Any]] = {"init_rto": Dim.TIME, "rto_min": Dim.TIME,
                                               "initial_window": "int", "quickack": "int",
-                                              "max_window": "int", "mss": "int"}
+                                              "max_window": "int", "mss": "int", "timestamps": "int"}
     differences: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, **options: Any) -> None:
@@ -212,7 +215,7 @@ class Profile:
         """Accepted range of an integer option (inclusive)."""
         if option == "initial_window":
             return INITIAL_WINDOW_BOUNDS
-        if option == "quickack":
+        if option in ("quickack", "timestamps"):
             return (0, 1)
         if option == "max_window":
             return MAX_WINDOW_BOUNDS
@@ -261,12 +264,21 @@ class Profile:
             s["route"]["initcwnd"] = str(window)
         s["initial_window_segments"] = window if window is not None else "kernel default (10)"
         s["per_packet_acks"] = quickack == 1
+        timestamps = self.options.get("timestamps")
         if "mss" in self.options:
+            if timestamps == 0:
+                raise DefinitionError("cca.timestamps", 0, "1 or unset with option mss (its payload counts the "
+                                      f"{TIMESTAMP_OPTION_BYTES} B timestamp option)")
             s["mss"] = self.mss_settings(self.options["mss"], mtu)
             s["route"]["advmss"] = str(s["mss"]["route_advmss"])
             s["sysctls"]["net.ipv4.tcp_timestamps"] = "1"
+        elif timestamps is not None:
+            s["sysctls"]["net.ipv4.tcp_timestamps"] = str(timestamps)
         if "max_window" in self.options:
-            mss = self.options.get("mss", mtu - TCPIP_HEADER_BYTES - TIMESTAMP_OPTION_BYTES)
+            # a full segment's payload: the MTU less the headers and, with timestamps on
+            # (the kernel's default), their option
+            option_bytes = 0 if timestamps == 0 else TIMESTAMP_OPTION_BYTES
+            mss = self.options.get("mss", mtu - TCPIP_HEADER_BYTES - option_bytes)
             s["max_window"] = self.max_window_settings(self.options["max_window"], mss)
             s["sysctls"].update(s["max_window"]["sysctls"])
         if self.name not in KERNEL_DEFAULT_PROFILES or self.options:

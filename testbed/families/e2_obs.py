@@ -231,7 +231,8 @@ class E2Obs(FlowFamily):
     @classmethod
     def profile_options(cls, v: dict[str, Any]) -> dict[str, Any]:
         """The class's RTO as the initial RTO, the minimum RTO if one is set, one segment
-        initial window, Wm.
+        initial window, Wm, timestamps off (as :meth:`prepare` sets on every host: the
+        profile's records then count 512 B per segment).
 
         The paper "sets the RTO" to 30 ms / 10.5 ms, about the path's RTT; ns-2's timer
         is max(minrto_, SRTT + 4 RTTVAR). Linux's is SRTT + max(4 RTTVAR, RTO_min): with
@@ -242,7 +243,7 @@ class E2Obs(FlowFamily):
         from testbed.units import Quantity
 
         opts: dict[str, Any] = {"init_rto": Quantity(CLASSES[v["path_class"]].rto_s, Dim.TIME),
-                                "initial_window": 1, "max_window": int(v["wm"])}
+                                "initial_window": 1, "max_window": int(v["wm"]), "timestamps": 0}
         if v["rto_min"].si > 0:
             opts["rto_min"] = v["rto_min"]
         return opts

@@ -325,8 +325,10 @@ class E5OpticalRam(FlowFamily):
 
     @classmethod
     def profile_options(cls, values: dict[str, Any]) -> dict[str, Any]:
-        """The window limit; paced senders pace by TCP itself (the NIC qdisc stays)."""
-        opts: dict[str, Any] = {"max_window": int(values["cwnd_limit"])}
+        """The window limit; timestamps off (as :meth:`prepare` sets on every host: the
+        profile's records then count 1460 B per segment); paced senders pace by TCP
+        itself (the NIC qdisc stays)."""
+        opts: dict[str, Any] = {"max_window": int(values["cwnd_limit"]), "timestamps": 0}
         if values["pacing"] == "tcp":
             opts["pacer"] = "tcp"
         return opts

@@ -93,6 +93,10 @@ def test_e2_runs_end_to_end_and_a_source_sees_the_same_network_at_two_scales(tmp
         assert expected > 0
         assert int(r["loss_events_rto"]) + int(r["loss_events_fast"]) > 0, r
         assert int(r["n_sources"]) == 80 // scale
+        # timestamps off (512 B per segment in a 552 B packet), and the records say so
+        for host, rec in json.loads((point / "profiles.json").read_text()).items():
+            assert rec["sysctls"]["net.ipv4.tcp_timestamps"] == "0", (host, rec)
+            assert rec["max_window"]["mss_bytes"] == 512, (host, rec)
         frame_s = FRAME_BITS / (10e9 / scale)
         assert float(r["lateness_p99_s"]) < 0.05 * frame_s, (r["lateness_p99_s"], frame_s)
         throughput[scale] = per_source_bps(point, 0.2, 0.6)

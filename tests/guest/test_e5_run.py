@@ -65,6 +65,9 @@ def test_e5_runs_end_to_end_with_the_points_architecture_and_senders(tmp_path):
         profiles = json.loads((point / "profiles.json").read_text())
         host = profiles["h0"]
         assert host["max_window"]["segments"] == 20, host
+        # timestamps off: 1460 B per segment, as the records count
+        assert host["sysctls"]["net.ipv4.tcp_timestamps"] == "0", host
+        assert host["max_window"]["mss_bytes"] == 1460 and host["max_window"]["bytes"] == 20 * 1460, host
         if pacing == "tcp":
             assert host["profile"] == "paced-reno" and host["pacer"] == "tcp", host
         else:

@@ -320,3 +320,34 @@ def test_definition_accepts_e2_options_and_the_manifest_records_them():
     with pytest.raises(DefinitionError) as exc:
         validate({"experiment": {"name": "t", "family": "netem-path"}, "cca": {"profile": "sack", "max_window": 0}})
     assert exc.value.key == "cca.max_window"
+
+
+def test_timestamps_off_counts_the_payload_the_kernel_sends():
+    """E2 and E5 turn TCP timestamps off (payload MTU - 40 B); the profile's option says so,
+    sets the sysctl, and the maximum window's record counts those bytes (it counted
+    MTU - 52 B before, 0.8 % low at MTU 1500, 2.4 % at E2's 552)."""
+    off = profiles.make("reno", {"max_window": 20, "timestamps": 0}).settings(TimeDilation(20), mtu=1500, hz=250)
+    assert off["sysctls"]["net.ipv4.tcp_timestamps"] == "0"
+    assert off["max_window"]["mss_bytes"] == 1460 and off["max_window"]["bytes"] == 20 * 1460
+    on = profiles.make("reno", {"max_window": 20, "timestamps": 1}).settings(TimeDilation(20), mtu=1500, hz=250)
+    assert on["sysctls"]["net.ipv4.tcp_timestamps"] == "1" and on["max_window"]["mss_bytes"] == 1448
+    unset = profiles.make("reno", {"max_window": 20}).settings(TimeDilation(20), mtu=1500, hz=250)
+    assert "net.ipv4.tcp_timestamps" not in unset["sysctls"] and unset["max_window"]["mss_bytes"] == 1448
+    with pytest.raises(DefinitionError) as exc:
+        profiles.make("sack", {"max_window": 8, "mss": 512, "timestamps": 0}).settings(TimeDilation(1000))
+    assert exc.value.key == "cca.timestamps"
+    with pytest.raises(DefinitionError) as exc:
+        profiles.make("reno", {"timestamps": 2})
+    assert exc.value.key == "cca.timestamps" and "0..1" in str(exc.value)
+
+
+def test_e2_and_e5_profiles_record_their_segments_without_timestamps():
+    from testbed.families.e2_obs import MTU, E2Obs
+    from testbed.families.e5_optram import E5OpticalRam
+
+    e5 = {p.name: p.parse(p.default, p.name) for p in E5OpticalRam.params}
+    s5 = profiles.make("reno", E5OpticalRam.profile_options(e5)).settings(TimeDilation(20), mtu=1500, hz=250)
+    assert s5["sysctls"]["net.ipv4.tcp_timestamps"] == "0" and s5["max_window"]["mss_bytes"] == 1460
+    e2 = {p.name: p.parse(p.default, p.name) for p in E2Obs.params}
+    s2 = profiles.make("sack", E2Obs.profile_options(e2)).settings(TimeDilation(1000), mtu=MTU, hz=250)
+    assert s2["sysctls"]["net.ipv4.tcp_timestamps"] == "0" and s2["max_window"]["mss_bytes"] == 512

@@ -80,8 +80,9 @@ def test_flows_are_divided_by_the_scale():
 def test_paced_senders_run_paced_reno_with_tcps_own_pacer_and_everyone_the_window_limit():
     assert profile_name(values()) == "reno" and profile_name(values(cca="cubic")) == "cubic"
     assert profile_name(values(pacing="tcp")) == "paced-reno"
-    assert E5OpticalRam.profile_options(values()) == {"max_window": 20}
-    assert E5OpticalRam.profile_options(values(pacing="tcp", cwnd_limit=7)) == {"max_window": 7, "pacer": "tcp"}
+    assert E5OpticalRam.profile_options(values()) == {"max_window": 20, "timestamps": 0}
+    assert E5OpticalRam.profile_options(values(pacing="tcp", cwnd_limit=7)) == {"max_window": 7, "timestamps": 0,
+                                                                                "pacer": "tcp"}
 
 
 @pytest.mark.parametrize("over", [{}, {"pacing": "tcp"}, {"cca": "sack"}, {"cca": "cubic"}])
