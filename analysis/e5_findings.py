@@ -174,6 +174,15 @@ def buffer_bytes(value: object) -> float:
         return math.nan
 
 
+def seconds(value: object, key: str) -> float:
+    """A time parameter's cell (``"10 s"``) in seconds. Raises ValueError naming ``key``
+    when it is not a time."""
+    try:
+        return Quantity.parse(str(value), Dim.TIME).si
+    except UnitError as exc:
+        raise ValueError(f"{key} = {value!r} is not a time: {exc}") from exc
+
+
 def prepare(summary: pd.DataFrame) -> pd.DataFrame:
     """A copy of ``summary`` with :data:`BUFFER_COL` (B in bytes, nan if unreadable) and
     ``arch`` / ``pacing`` as text. Raises KeyError without ``buffer``, ``arch`` or ``pacing``."""

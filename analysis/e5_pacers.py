@@ -37,10 +37,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.e5_findings import BUFFER_COL
+from analysis.e5_findings import BUFFER_COL, seconds
 from analysis.report import source_folders
 from analysis.stats import mean_ci
-from testbed.units import Dim, Quantity, UnitError
 
 #: a macroflow-interval is held by its pacer when it sent at least this fraction of its grant
 HELD = 0.9
@@ -63,13 +62,6 @@ class Binding:
     held_bytes: float
     held_intervals: float
     median_use: float
-
-
-def _seconds(value: object, key: str) -> float:
-    try:
-        return Quantity.parse(str(value), Dim.TIME).si
-    except UnitError as exc:
-        raise ValueError(f"{key} = {value!r} is not a time: {exc}") from exc
 
 
 def read_run(folder: Path, duration_s: float, window_s: float) -> Binding:
@@ -131,7 +123,7 @@ def table(s: pd.DataFrame, results: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             run = str(r.get("run", "")) if "run" in g else ""
             folder = sources.get(run, results) / "points" / str(r["point"])
             try:
-                runs.append(read_run(folder, _seconds(r["duration"], "duration"), _seconds(r["window"], "window")))
+                runs.append(read_run(folder, seconds(r["duration"], "duration"), seconds(r["window"], "window")))
             except (OSError, ValueError, KeyError) as exc:
                 unread.append({"run": run, "point": r["point"], "why": f"{exc.__class__.__name__}: {exc}"})
         if not runs:

@@ -43,9 +43,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.e5_findings import seconds
 from analysis.report import source_folders
-from testbed.units import Dim, Quantity, UnitError
-from topologies.nsfnet import CoreGraph, network
+from topologies.nsfnet import CoreGraph, edge_of_host, network
 
 #: the summary column whose presence marks a nested scale check's runs
 COMMON = "goodput_common_Bps"
@@ -90,21 +90,12 @@ def _mss(folder: Path) -> int:
     return int(json.loads((folder / "schedule-meta.json").read_text())["mss"])
 
 
-def _edge_index(host: str) -> int:
-    """The edge node a host sits behind: ``h<j>`` or ``h<j>x<k>`` -> j. Raises
-    ValueError for another name."""
-    j = host[1:].split("x")[0]
-    if not host.startswith("h") or not j.isdigit():
-        raise ValueError(f"host {host!r} is not h<j> or h<j>x<k>")
-    return int(j)
-
-
 def propagation_rtt(net: CoreGraph, src: str, dst: str) -> tuple[float, float]:
     """The least and largest propagation RTT (s) between hosts ``src`` and ``dst`` over
     the minimum-hop core paths: twice the core delay and two edge links (host links
     have no propagation: topologies.nsfnet.OpsMesh). Raises ValueError for a host
     name not of the network's form or an edge node it does not have."""
-    i, j = _edge_index(src), _edge_index(dst)
+    i, j = edge_of_host(src), edge_of_host(dst)
     if max(i, j) >= len(net.edge_of):
         raise ValueError(f"{src} -> {dst}: the network has {len(net.edge_of)} edge nodes")
     lo, hi = net.min_hop_delays(net.edge_of[i], net.edge_of[j])
@@ -134,10 +125,8 @@ def read_pair(large: Path, small: Path, window_start_s: float, net: CoreGraph | 
 
 
 def _window_start(row: pd.Series) -> float:
-    try:
-        return (Quantity.parse(str(row["duration"]), Dim.TIME).si - Quantity.parse(str(row["window"]), Dim.TIME).si)
-    except UnitError as exc:
-        raise ValueError(f"duration {row['duration']!r} / window {row['window']!r}: {exc}") from exc
+    """The measured window's start, paper seconds. Raises ValueError (not a time)."""
+    return seconds(row["duration"], "duration") - seconds(row["window"], "window")
 
 
 def _network(row: pd.Series) -> CoreGraph | None:

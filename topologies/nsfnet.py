@@ -169,6 +169,15 @@ def host(j: int, k: int = 0) -> str:
     return f"h{j}" if k == 0 else f"h{j}x{k}"
 
 
+def edge_of_host(name: str) -> int:
+    """The edge node a host sits behind, from its name (:func:`host`'s inverse for j).
+    Raises ValueError for a name :func:`host` does not make."""
+    j, _, k = name[1:].partition("x")
+    if not name.startswith("h") or not j.isdigit() or (k and not k.isdigit()):
+        raise ValueError(f"host {name!r} is not h<j> or h<j>x<k>")
+    return int(j)
+
+
 def load_links(path: Path = DATA) -> tuple[CoreLink, ...]:
     """The NSFNET core links of ``path`` (CSV: a, b, delay_ms, source; '#' comment lines).
 

@@ -42,6 +42,8 @@ def test_propagation_rtt_is_twice_the_core_path_and_two_edge_links():
     assert lo == pytest.approx(2 * (3 + 0.2) * MS) and hi == pytest.approx(2 * (7 + 0.2) * MS)
     with pytest.raises(ValueError, match="h<j>"):
         e5_scale_rtt.propagation_rtt(diamond(), "e0", "h1")
+    with pytest.raises(ValueError, match="h<j>"):
+        e5_scale_rtt.propagation_rtt(diamond(), "h0", "h1xy")
     with pytest.raises(ValueError, match="3 edge nodes"):
         e5_scale_rtt.propagation_rtt(diamond(), "h0", "h7")
 
